@@ -1,0 +1,16 @@
+//! baton-core: the pure heart of baton.
+//!
+//! Everything here is deterministic code over plain data and an explicit clock ([`model::Millis`]):
+//! no tokio, no files, no sockets. The daemon, the unit tests, the trace simulator and the
+//! benchmarks all call the same functions, so what the tests prove is what the daemon does.
+
+pub mod admission;
+pub mod model;
+pub mod placement;
+pub mod scheduler;
+pub mod units;
+
+pub use model::{
+    DepKind, Dependency, Gpu, GpuRequest, JobId, JobState, Millis, PendingJob, RunningJob,
+};
+pub use scheduler::{Plan, Start, WaitReason, earliest_start, plan};

@@ -1,0 +1,150 @@
+//! The job and resource model shared by every part of baton: ids, states, GPU requests,
+//! dependencies, and the two views of a job the scheduler works on (pending and running).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Milliseconds since the Unix epoch. The core never reads a clock: callers pass `now`.
+pub type Millis = i64;
+
+/// A job's id: positive, increasing in submission order, never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The lifecycle of a job (DESIGN §3): `queued` → `running` → one terminal state, or `queued` →
+/// `cancelled`. Retries move a failed attempt back to `queued` on the same job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    Timeout,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 6] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Timeout,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Timeout => "timeout",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, JobState::Queued | JobState::Running)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "unknown job state {0:?} (expected one of queued, running, succeeded, failed, cancelled, timeout)"
+)]
+pub struct UnknownState(pub String);
+
+impl FromStr for JobState {
+    type Err = UnknownState;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| UnknownState(s.to_string()))
+    }
+}
+
+/// What a job asks of the GPUs: `count` GPUs, each either whole (`mem_per_gpu == None`) or shared
+/// with other memory-sized jobs up to the GPU's memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuRequest {
+    pub count: u32,
+    pub mem_per_gpu: Option<u64>,
+}
+
+impl GpuRequest {
+    pub fn whole(count: u32) -> Self {
+        GpuRequest {
+            count,
+            mem_per_gpu: None,
+        }
+    }
+
+    pub fn shared(count: u32, mem_per_gpu: u64) -> Self {
+        GpuRequest {
+            count,
+            mem_per_gpu: Some(mem_per_gpu),
+        }
+    }
+}
+
+/// One GPU as the scheduler sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gpu {
+    pub index: u32,
+    pub memory_total: u64,
+}
+
+/// Whether a dependency must succeed (`--after`) or merely end (`--after-any`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DepKind {
+    Success,
+    Any,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dependency {
+    pub job: JobId,
+    pub kind: DepKind,
+}
+
+/// A queued job as the scheduler needs it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingJob {
+    pub id: JobId,
+    /// Higher first.
+    pub priority: i64,
+    /// Ties in priority go to the earlier submission.
+    pub submitted_at: Millis,
+    pub request: GpuRequest,
+    /// The job's wall-clock limit; `None` means it may run forever (backfill treats it so).
+    pub time_limit: Option<Millis>,
+    pub deps: Vec<Dependency>,
+}
+
+/// A running job: what it holds and when it will have ended at the latest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningJob {
+    pub id: JobId,
+    pub gpus: Vec<u32>,
+    pub request: GpuRequest,
+    /// `started_at + time_limit`; `None` when the job has no limit.
+    pub ends_by: Option<Millis>,
+}

@@ -1,0 +1,233 @@
+//! Where a job's GPUs come from: the per-GPU occupancy of a machine and the choice of GPUs for a
+//! request. Whole-GPU jobs take a GPU nobody uses; memory-sized jobs share a GPU with other
+//! memory-sized jobs while their sum fits in its memory, and never share with a whole-GPU job.
+
+use crate::model::{Gpu, GpuRequest};
+
+/// Occupancy of one GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Slot {
+    /// Held whole by one job.
+    exclusive: bool,
+    /// Memory promised to sharing jobs.
+    mem_used: u64,
+    /// How many jobs hold this GPU (whole or shared).
+    holders: u32,
+}
+
+/// The occupancy of every GPU of a machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Occupancy {
+    gpus: Vec<Gpu>,
+    slots: Vec<Slot>,
+}
+
+/// Holding a GPU that does not exist, or taking more than is free: a broken caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    #[error("GPU {0} does not exist on this machine")]
+    NoSuchGpu(u32),
+    #[error("GPU {0} is already taken")]
+    Taken(u32),
+}
+
+impl Occupancy {
+    pub fn new(gpus: &[Gpu]) -> Self {
+        let mut gpus = gpus.to_vec();
+        gpus.sort_by_key(|g| g.index);
+        Occupancy {
+            slots: vec![Slot::default(); gpus.len()],
+            gpus,
+        }
+    }
+
+    pub fn gpus(&self) -> &[Gpu] {
+        &self.gpus
+    }
+
+    fn position(&self, index: u32) -> Result<usize, PlacementError> {
+        self.gpus
+            .binary_search_by_key(&index, |g| g.index)
+            .map_err(|_| PlacementError::NoSuchGpu(index))
+    }
+
+    fn slot_admits(&self, pos: usize, req: &GpuRequest) -> bool {
+        let slot = &self.slots[pos];
+        match req.mem_per_gpu {
+            None => slot.holders == 0,
+            Some(mem) => {
+                !slot.exclusive && self.gpus[pos].memory_total.saturating_sub(slot.mem_used) >= mem
+            }
+        }
+    }
+
+    /// Marks `gpus` as held by a job with request `req`. Fails, changing nothing, if any of them
+    /// cannot take it.
+    pub fn hold(&mut self, gpus: &[u32], req: &GpuRequest) -> Result<(), PlacementError> {
+        let mut positions = Vec::with_capacity(gpus.len());
+        for &index in gpus {
+            let pos = self.position(index)?;
+            if !self.slot_admits(pos, req) || positions.contains(&pos) {
+                return Err(PlacementError::Taken(index));
+            }
+            positions.push(pos);
+        }
+        for pos in positions {
+            let slot = &mut self.slots[pos];
+            slot.holders += 1;
+            match req.mem_per_gpu {
+                None => slot.exclusive = true,
+                Some(mem) => slot.mem_used += mem,
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives back what [`Occupancy::hold`] took. GPUs that no longer exist are ignored.
+    pub fn release(&mut self, gpus: &[u32], req: &GpuRequest) {
+        for &index in gpus {
+            if let Ok(pos) = self.position(index) {
+                let slot = &mut self.slots[pos];
+                slot.holders = slot.holders.saturating_sub(1);
+                match req.mem_per_gpu {
+                    None => slot.exclusive = false,
+                    Some(mem) => slot.mem_used = slot.mem_used.saturating_sub(mem),
+                }
+            }
+        }
+    }
+
+    /// Chooses GPUs for `req`, or `None` if it does not fit now. Whole GPUs: the lowest free
+    /// indices. Shared: best fit (the GPUs with the least memory left that still fit, preferring
+    /// GPUs already shared) so that whole GPUs stay free for whole-GPU jobs.
+    pub fn choose(&self, req: &GpuRequest) -> Option<Vec<u32>> {
+        if req.count == 0 {
+            return Some(Vec::new());
+        }
+        let mut candidates: Vec<usize> = (0..self.gpus.len())
+            .filter(|&pos| self.slot_admits(pos, req))
+            .collect();
+        if candidates.len() < req.count as usize {
+            return None;
+        }
+        if req.mem_per_gpu.is_some() {
+            candidates.sort_by_key(|&pos| {
+                let left = self.gpus[pos].memory_total - self.slots[pos].mem_used;
+                (self.slots[pos].holders == 0, left, self.gpus[pos].index)
+            });
+        }
+        let mut chosen: Vec<u32> = candidates[..req.count as usize]
+            .iter()
+            .map(|&pos| self.gpus[pos].index)
+            .collect();
+        chosen.sort_unstable();
+        Some(chosen)
+    }
+
+    /// Whether `req` could ever fit on this machine, empty.
+    pub fn could_ever_fit(&self, req: &GpuRequest) -> bool {
+        Occupancy::new(&self.gpus).choose(req).is_some()
+    }
+
+    /// A short account of what is free, for "why is my job waiting" messages.
+    pub fn describe_free(&self, req: &GpuRequest) -> String {
+        match req.mem_per_gpu {
+            None => {
+                let free = self.slots.iter().filter(|s| s.holders == 0).count();
+                format!(
+                    "needs {} whole GPU{}, {} of {} free",
+                    req.count,
+                    plural(req.count as usize),
+                    free,
+                    self.gpus.len()
+                )
+            }
+            Some(mem) => {
+                let fitting = (0..self.gpus.len())
+                    .filter(|&pos| self.slot_admits(pos, req))
+                    .count();
+                format!(
+                    "needs {} GPU{} with {} free, {} of {} have that much",
+                    req.count,
+                    plural(req.count as usize),
+                    crate::units::format_size(mem),
+                    fitting,
+                    self.gpus.len()
+                )
+            }
+        }
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn machine(n: u32) -> Occupancy {
+        let gpus: Vec<Gpu> = (0..n)
+            .map(|index| Gpu {
+                index,
+                memory_total: 80 * GIB,
+            })
+            .collect();
+        Occupancy::new(&gpus)
+    }
+
+    #[test]
+    fn whole_gpus_take_lowest_free_indices() {
+        let mut occ = machine(4);
+        occ.hold(&[0, 2], &GpuRequest::whole(2)).unwrap();
+        assert_eq!(occ.choose(&GpuRequest::whole(2)), Some(vec![1, 3]));
+        assert_eq!(occ.choose(&GpuRequest::whole(3)), None);
+    }
+
+    #[test]
+    fn shared_jobs_pack_and_never_mix_with_whole() {
+        let mut occ = machine(2);
+        let small = GpuRequest::shared(1, 30 * GIB);
+        occ.hold(&[0], &small).unwrap();
+        // Best fit: the second small job goes next to the first, keeping GPU 1 whole.
+        assert_eq!(occ.choose(&small), Some(vec![0]));
+        occ.hold(&[0], &small).unwrap();
+        // 60 GiB used on GPU 0: a third 30 GiB job no longer fits there.
+        assert_eq!(occ.choose(&small), Some(vec![1]));
+        assert_eq!(occ.choose(&GpuRequest::whole(2)), None);
+        assert_eq!(occ.choose(&GpuRequest::whole(1)), Some(vec![1]));
+        occ.hold(&[1], &GpuRequest::whole(1)).unwrap();
+        assert_eq!(occ.choose(&small), None);
+        assert_eq!(
+            occ.hold(&[1], &small),
+            Err(PlacementError::Taken(1)),
+            "a shared job never lands on a whole-GPU job"
+        );
+    }
+
+    #[test]
+    fn release_restores_capacity() {
+        let mut occ = machine(1);
+        let req = GpuRequest::shared(1, 50 * GIB);
+        occ.hold(&[0], &req).unwrap();
+        assert_eq!(occ.choose(&req), None);
+        occ.release(&[0], &req);
+        assert_eq!(occ.choose(&req), Some(vec![0]));
+        assert_eq!(occ, machine(1));
+    }
+
+    #[test]
+    fn impossible_requests_are_recognised() {
+        let mut occ = machine(4);
+        assert!(!occ.could_ever_fit(&GpuRequest::whole(5)));
+        assert!(!occ.could_ever_fit(&GpuRequest::shared(1, 81 * GIB)));
+        assert!(occ.could_ever_fit(&GpuRequest::shared(4, 80 * GIB)));
+        assert_eq!(
+            occ.hold(&[7], &GpuRequest::whole(1)),
+            Err(PlacementError::NoSuchGpu(7))
+        );
+    }
+}

@@ -1,0 +1,492 @@
+//! The scheduling pass: given the queue, what runs, the machine's GPUs and the time, decide which
+//! queued jobs start now and on which GPUs, which fail because a dependency failed, and why each
+//! of the others waits.
+//!
+//! Order is priority (higher first), then submission time. The first job in that order that
+//! cannot start gets a reservation at the earliest time the running jobs' limits guarantee it can
+//! (EASY backfill); a later job may jump ahead only if, by its own time limit, it cannot delay that
+//! reservation. Jobs without a time limit are assumed to run forever.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{DepKind, Gpu, GpuRequest, JobId, JobState, Millis, PendingJob, RunningJob};
+use crate::placement::Occupancy;
+use crate::units::format_duration;
+
+/// A decision to start a job on these GPUs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {
+    pub job: JobId,
+    pub gpus: Vec<u32>,
+    /// Started ahead of a higher-priority job that holds a reservation.
+    pub backfilled: bool,
+}
+
+/// Why a queued job is not starting in this pass.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WaitReason {
+    /// A dependency has not ended (or not succeeded) yet.
+    Dependency { on: JobId },
+    /// Not enough free GPUs; `detail` says what it needs and what is free.
+    Resources {
+        detail: String,
+        /// When the job is the reservation holder: the latest time it is guaranteed to start.
+        reserved_at: Option<Millis>,
+        /// `reserved_at` relative to `now`, for people.
+        reserved_in: Option<Millis>,
+    },
+    /// It would fit, but starting it could delay the reservation of a higher-priority job.
+    Priority { behind: JobId },
+    /// The machine cannot ever satisfy the request (e.g. its GPUs went away).
+    Impossible { detail: String },
+}
+
+impl fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WaitReason::Dependency { on } => write!(f, "dependency: waiting for job {on}"),
+            WaitReason::Resources {
+                detail,
+                reserved_in,
+                ..
+            } => {
+                write!(f, "resources: {detail}")?;
+                if let Some(dt) = reserved_in {
+                    write!(f, "; reserved to start within {}", format_duration(*dt))?;
+                }
+                Ok(())
+            }
+            WaitReason::Priority { behind } => write!(
+                f,
+                "priority: would delay job {behind}, which holds the next reservation"
+            ),
+            WaitReason::Impossible { detail } => write!(f, "impossible: {detail}"),
+        }
+    }
+}
+
+/// The outcome of one pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub starts: Vec<Start>,
+    /// Jobs that can never start because a dependency they need to succeed did not.
+    pub dependency_failed: Vec<(JobId, String)>,
+    pub waiting: Vec<(JobId, WaitReason)>,
+}
+
+/// The earliest guaranteed start of the highest-priority blocked job, and what will still be held
+/// at that moment (jobs that may outlast it).
+struct Reservation {
+    job: JobId,
+    request: GpuRequest,
+    /// `None`: only when jobs without a time limit end, i.e. at an unknown time.
+    at: Option<Millis>,
+    held_then: Occupancy,
+}
+
+/// One scheduling pass. `states` maps every job a pending job depends on to its current state;
+/// a dependency missing from it counts as failed.
+pub fn plan(
+    gpus: &[Gpu],
+    running: &[RunningJob],
+    pending: &[PendingJob],
+    states: &HashMap<JobId, JobState>,
+    now: Millis,
+) -> Plan {
+    let mut occupancy = Occupancy::new(gpus);
+    let mut holders: Vec<RunningJob> = Vec::with_capacity(running.len() + pending.len());
+    for job in running {
+        // A running job's GPUs come from the store; if the machine changed under it, the
+        // occupancy ignores GPUs that are gone rather than refusing to schedule at all.
+        if occupancy.hold(&job.gpus, &job.request).is_ok() {
+            holders.push(job.clone());
+        }
+    }
+
+    let mut order: Vec<&PendingJob> = pending.iter().collect();
+    order.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.submitted_at, j.id));
+
+    let mut out = Plan::default();
+    let mut reservation: Option<Reservation> = None;
+
+    for job in order {
+        match dependencies(job, states) {
+            Deps::Ready => {}
+            Deps::Waiting(on) => {
+                out.waiting.push((job.id, WaitReason::Dependency { on }));
+                continue;
+            }
+            Deps::Failed(reason) => {
+                out.dependency_failed.push((job.id, reason));
+                continue;
+            }
+        }
+        if !occupancy.could_ever_fit(&job.request) {
+            let detail = format!(
+                "{}; this machine has {} GPU{}",
+                occupancy.describe_free(&job.request),
+                gpus.len(),
+                if gpus.len() == 1 { "" } else { "s" }
+            );
+            out.waiting
+                .push((job.id, WaitReason::Impossible { detail }));
+            continue;
+        }
+        let ends_by = job.time_limit.map(|limit| now.saturating_add(limit));
+        let Some(chosen) = occupancy.choose(&job.request) else {
+            let detail = occupancy.describe_free(&job.request);
+            if reservation.is_none() {
+                let r = reserve(job, gpus, &holders);
+                out.waiting.push((
+                    job.id,
+                    WaitReason::Resources {
+                        detail,
+                        reserved_at: r.at,
+                        reserved_in: r.at.map(|at| at - now),
+                    },
+                ));
+                reservation = Some(r);
+            } else {
+                out.waiting.push((
+                    job.id,
+                    WaitReason::Resources {
+                        detail,
+                        reserved_at: None,
+                        reserved_in: None,
+                    },
+                ));
+            }
+            continue;
+        };
+        let backfilled = match &mut reservation {
+            None => false,
+            Some(r) => {
+                if !fits_beside_reservation(r, &chosen, &job.request, ends_by) {
+                    out.waiting
+                        .push((job.id, WaitReason::Priority { behind: r.job }));
+                    continue;
+                }
+                if outlasts(ends_by, r.at) {
+                    r.held_then
+                        .hold(&chosen, &job.request)
+                        .expect("checked by fits_beside_reservation");
+                }
+                true
+            }
+        };
+        occupancy
+            .hold(&chosen, &job.request)
+            .expect("chosen from free GPUs");
+        holders.push(RunningJob {
+            id: job.id,
+            gpus: chosen.clone(),
+            request: job.request,
+            ends_by,
+        });
+        out.starts.push(Start {
+            job: job.id,
+            gpus: chosen,
+            backfilled,
+        });
+    }
+    out
+}
+
+enum Deps {
+    Ready,
+    Waiting(JobId),
+    Failed(String),
+}
+
+fn dependencies(job: &PendingJob, states: &HashMap<JobId, JobState>) -> Deps {
+    let mut waiting = None;
+    for dep in &job.deps {
+        match (states.get(&dep.job), dep.kind) {
+            (None, _) => {
+                return Deps::Failed(format!("dependency failed: job {} does not exist", dep.job));
+            }
+            (Some(JobState::Succeeded), _) => {}
+            (Some(s), DepKind::Any) if s.is_terminal() => {}
+            (Some(s), DepKind::Success) if s.is_terminal() => {
+                return Deps::Failed(format!("dependency failed: job {} ended {s}", dep.job));
+            }
+            (Some(_), _) => {
+                waiting.get_or_insert(dep.job);
+            }
+        }
+    }
+    match waiting {
+        Some(on) => Deps::Waiting(on),
+        None => Deps::Ready,
+    }
+}
+
+/// Whether a job ending at `ends_by` is still running at `at` (unknown = forever).
+fn outlasts(ends_by: Option<Millis>, at: Option<Millis>) -> bool {
+    match (ends_by, at) {
+        (Some(end), Some(at)) => end > at,
+        // The reservation waits on jobs without limits, so it could come at any time:
+        // anything started now may still be running then.
+        (_, None) => true,
+        (None, Some(_)) => true,
+    }
+}
+
+/// The earliest time at which `request` is guaranteed to fit if every job in `holders` runs until
+/// its limit: `Some(now)`-like values when it fits at once are not special-cased; `None` means
+/// only when jobs without a time limit end.
+pub fn earliest_start(
+    gpus: &[Gpu],
+    holders: &[RunningJob],
+    request: &GpuRequest,
+) -> Option<Millis> {
+    let probe = PendingJob {
+        id: JobId(0),
+        priority: 0,
+        submitted_at: 0,
+        request: *request,
+        time_limit: None,
+        deps: Vec::new(),
+    };
+    reserve(&probe, gpus, holders).at
+}
+
+/// Finds the earliest moment at which `job` is guaranteed to fit, assuming every holder runs until
+/// its limit, and what remains held then.
+fn reserve(job: &PendingJob, gpus: &[Gpu], holders: &[RunningJob]) -> Reservation {
+    let mut ends: Vec<Millis> = holders.iter().filter_map(|h| h.ends_by).collect();
+    ends.sort_unstable();
+    ends.dedup();
+    for at in ends {
+        let held = occupancy_of(
+            gpus,
+            holders.iter().filter(|h| outlasts(h.ends_by, Some(at))),
+        );
+        if held.choose(&job.request).is_some() {
+            return Reservation {
+                job: job.id,
+                request: job.request,
+                at: Some(at),
+                held_then: held,
+            };
+        }
+    }
+    // Only jobs without limits stand in the way: when they end is unknown, so the reservation
+    // protects the GPUs as if they were all free then.
+    Reservation {
+        job: job.id,
+        request: job.request,
+        at: None,
+        held_then: Occupancy::new(gpus),
+    }
+}
+
+fn occupancy_of<'a>(gpus: &[Gpu], jobs: impl Iterator<Item = &'a RunningJob>) -> Occupancy {
+    let mut occ = Occupancy::new(gpus);
+    for job in jobs {
+        // Every holder was admitted into the live occupancy, so it fits in any subset.
+        let _ = occ.hold(&job.gpus, &job.request);
+    }
+    occ
+}
+
+/// Whether starting a job on `chosen` until `ends_by` leaves the reservation intact.
+fn fits_beside_reservation(
+    r: &Reservation,
+    chosen: &[u32],
+    request: &GpuRequest,
+    ends_by: Option<Millis>,
+) -> bool {
+    if !outlasts(ends_by, r.at) {
+        return true;
+    }
+    let mut then = r.held_then.clone();
+    then.hold(chosen, request).is_ok() && then.choose(&r.request).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Dependency;
+
+    const GIB: u64 = 1 << 30;
+    const MIN: Millis = 60_000;
+
+    fn gpus(n: u32) -> Vec<Gpu> {
+        (0..n)
+            .map(|index| Gpu {
+                index,
+                memory_total: 80 * GIB,
+            })
+            .collect()
+    }
+
+    fn job(id: u64, count: u32) -> PendingJob {
+        PendingJob {
+            id: JobId(id),
+            priority: 0,
+            submitted_at: id as Millis,
+            request: GpuRequest::whole(count),
+            time_limit: None,
+            deps: vec![],
+        }
+    }
+
+    fn running(id: u64, gpus: &[u32], ends_by: Option<Millis>) -> RunningJob {
+        RunningJob {
+            id: JobId(id),
+            gpus: gpus.to_vec(),
+            request: GpuRequest::whole(gpus.len() as u32),
+            ends_by,
+        }
+    }
+
+    fn started(p: &Plan) -> Vec<u64> {
+        p.starts.iter().map(|s| s.job.0).collect()
+    }
+
+    #[test]
+    fn fills_gpus_in_priority_then_submission_order() {
+        let mut low = job(1, 1);
+        low.priority = -1;
+        let mut high = job(3, 1);
+        high.priority = 5;
+        let p = plan(&gpus(2), &[], &[low, job(2, 1), high], &HashMap::new(), 0);
+        assert_eq!(started(&p), vec![3, 2]);
+        assert_eq!(p.starts[0].gpus, vec![0]);
+        assert_eq!(p.starts[1].gpus, vec![1]);
+        assert!(matches!(p.waiting[0].1, WaitReason::Resources { .. }));
+    }
+
+    #[test]
+    fn dependencies_wait_succeed_or_fail() {
+        let mut after_ok = job(10, 0);
+        after_ok.deps = vec![Dependency {
+            job: JobId(1),
+            kind: DepKind::Success,
+        }];
+        let mut after_fail = job(11, 0);
+        after_fail.deps = vec![Dependency {
+            job: JobId(2),
+            kind: DepKind::Success,
+        }];
+        let mut after_any = job(12, 0);
+        after_any.deps = vec![Dependency {
+            job: JobId(2),
+            kind: DepKind::Any,
+        }];
+        let mut after_running = job(13, 0);
+        after_running.deps = vec![Dependency {
+            job: JobId(3),
+            kind: DepKind::Any,
+        }];
+        let states = HashMap::from([
+            (JobId(1), JobState::Succeeded),
+            (JobId(2), JobState::Failed),
+            (JobId(3), JobState::Running),
+        ]);
+        let p = plan(
+            &gpus(1),
+            &[],
+            &[after_ok, after_fail, after_any, after_running],
+            &states,
+            0,
+        );
+        assert_eq!(started(&p), vec![10, 12]);
+        assert_eq!(p.dependency_failed.len(), 1);
+        assert_eq!(p.dependency_failed[0].0, JobId(11));
+        assert!(p.dependency_failed[0].1.starts_with("dependency failed"));
+        assert_eq!(
+            p.waiting,
+            vec![(JobId(13), WaitReason::Dependency { on: JobId(3) })]
+        );
+    }
+
+    #[test]
+    fn backfill_starts_short_jobs_that_end_before_the_reservation() {
+        // 4 GPUs; job 1 holds 3 until t=60m. Job 2 wants all 4: reserved at 60m.
+        let now = 0;
+        let run = [running(1, &[0, 1, 2], Some(60 * MIN))];
+        // Submitted last: it still jumps ahead of 4 and 5, which would delay job 2.
+        let mut short = job(6, 1);
+        short.time_limit = Some(30 * MIN);
+        let mut long = job(4, 1);
+        long.time_limit = Some(90 * MIN);
+        let unlimited = job(5, 1);
+        let p = plan(
+            &gpus(4),
+            &run,
+            &[job(2, 4), long, unlimited, short],
+            &HashMap::new(),
+            now,
+        );
+        assert_eq!(started(&p), vec![6]);
+        assert!(p.starts[0].backfilled);
+        let reasons: HashMap<JobId, WaitReason> = p.waiting.into_iter().collect();
+        assert!(matches!(
+            reasons[&JobId(2)],
+            WaitReason::Resources {
+                reserved_at: Some(t),
+                ..
+            } if t == 60 * MIN
+        ));
+        assert_eq!(
+            reasons[&JobId(4)],
+            WaitReason::Priority { behind: JobId(2) }
+        );
+        assert_eq!(
+            reasons[&JobId(5)],
+            WaitReason::Priority { behind: JobId(2) }
+        );
+    }
+
+    #[test]
+    fn backfill_may_use_gpus_the_reservation_does_not_need() {
+        // 4 GPUs, job 1 holds 2 until 60m; head wants 3 (reserved at 60m, needing 3 of 4).
+        // One GPU is spare even then, so an unlimited 1-GPU job may take it; a second may not.
+        let run = [running(1, &[0, 1], Some(60 * MIN))];
+        let p = plan(
+            &gpus(4),
+            &run,
+            &[job(2, 3), job(3, 1), job(4, 1)],
+            &HashMap::new(),
+            0,
+        );
+        assert_eq!(started(&p), vec![3]);
+        let reasons: HashMap<JobId, WaitReason> = p.waiting.into_iter().collect();
+        assert_eq!(
+            reasons[&JobId(4)],
+            WaitReason::Priority { behind: JobId(2) }
+        );
+    }
+
+    #[test]
+    fn impossible_requests_do_not_block_the_queue() {
+        let p = plan(&gpus(2), &[], &[job(1, 3), job(2, 1)], &HashMap::new(), 0);
+        assert_eq!(started(&p), vec![2]);
+        assert!(matches!(p.waiting[0].1, WaitReason::Impossible { .. }));
+        assert!(
+            p.waiting[0]
+                .1
+                .to_string()
+                .contains("this machine has 2 GPUs")
+        );
+    }
+
+    #[test]
+    fn reasons_read_well() {
+        let r = WaitReason::Resources {
+            detail: "needs 2 whole GPUs, 1 of 4 free".into(),
+            reserved_at: Some(600_000),
+            reserved_in: Some(600_000),
+        };
+        assert_eq!(
+            r.to_string(),
+            "resources: needs 2 whole GPUs, 1 of 4 free; reserved to start within 10m00s"
+        );
+    }
+}

@@ -1,0 +1,176 @@
+//! Sizes (`24GiB`, `512M`) and durations (`90m`, `1h30m`, `02:00:00`) as people type them, and
+//! the short forms baton prints (`2h13m`, `7.5 GiB`).
+
+use crate::model::Millis;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    #[error("invalid size {0:?}: expected a number and a unit, e.g. 24GiB, 512MiB, 8G")]
+    Size(String),
+    #[error("invalid duration {0:?}: expected e.g. 90s, 30m, 2h, 1h30m, 1d or HH:MM:SS")]
+    Duration(String),
+}
+
+const KIB: u64 = 1024;
+
+/// Parses a memory size. Binary and decimal-looking suffixes both mean powers of 1024, as GPU
+/// memory is always quoted that way (`8G` = `8GiB`). A bare number is bytes.
+pub fn parse_size(text: &str) -> Result<u64, UnitError> {
+    let err = || UnitError::Size(text.to_string());
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: f64 = number.parse().map_err(|_| err())?;
+    let factor = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => KIB,
+        "m" | "mb" | "mib" => KIB.pow(2),
+        "g" | "gb" | "gib" => KIB.pow(3),
+        "t" | "tb" | "tib" => KIB.pow(4),
+        _ => return Err(err()),
+    };
+    let bytes = number * factor as f64;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(err());
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// `7.5 GiB`, `512 MiB`, `80 GiB`.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 || (value.fract() * 10.0).round() == 0.0 || value >= 100.0 {
+        format!("{:.0} {}", value, UNITS[unit])
+    } else {
+        format!("{:.1} {}", value, UNITS[unit])
+    }
+}
+
+/// Parses a duration into milliseconds: unit-suffixed parts (`1h30m`, `90s`, `2d`, `500ms`) or
+/// Slurm's clock form (`MM:SS`, `HH:MM:SS`, `D-HH:MM:SS`). A bare number is rejected because
+/// tools disagree on its unit (Slurm: minutes, most others: seconds).
+pub fn parse_duration(text: &str) -> Result<Millis, UnitError> {
+    let err = || UnitError::Duration(text.to_string());
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(err());
+    }
+    let total = if t.contains(':') {
+        parse_clock(t).ok_or_else(err)?
+    } else {
+        parse_suffixed(t).ok_or_else(err)?
+    };
+    if total <= 0 { Err(err()) } else { Ok(total) }
+}
+
+fn parse_clock(t: &str) -> Option<Millis> {
+    let (days, rest) = match t.split_once('-') {
+        Some((d, rest)) => (d.parse::<i64>().ok()?, rest),
+        None => (0, t),
+    };
+    let parts: Vec<i64> = rest
+        .split(':')
+        .map(|p| p.parse::<i64>().ok().filter(|v| *v >= 0))
+        .collect::<Option<_>>()?;
+    let seconds = match parts.as_slice() {
+        [m, s] => m * 60 + s,
+        [h, m, s] => h * 3600 + m * 60 + s,
+        _ => return None,
+    };
+    Some((days * 86_400 + seconds) * 1000)
+}
+
+fn parse_suffixed(t: &str) -> Option<Millis> {
+    let mut total: f64 = 0.0;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        if num_end == 0 {
+            return None;
+        }
+        let value: f64 = rest[..num_end].parse().ok()?;
+        let after = &rest[num_end..];
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let unit = after[..unit_end].trim();
+        let ms_per = match unit {
+            "ms" => 1.0,
+            "s" | "sec" | "secs" => 1000.0,
+            "m" | "min" | "mins" => 60_000.0,
+            "h" | "hr" | "hrs" => 3_600_000.0,
+            "d" | "day" | "days" => 86_400_000.0,
+            _ => return None,
+        };
+        total += value * ms_per;
+        rest = &after[unit_end..];
+    }
+    if total.is_finite() && total < i64::MAX as f64 {
+        Some(total.round() as Millis)
+    } else {
+        None
+    }
+}
+
+/// The short human form: `850ms`, `42s`, `7m05s`, `2h13m`, `3d04h`.
+pub fn format_duration(ms: Millis) -> String {
+    let ms = ms.max(0);
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("24GiB"), Ok(24 << 30));
+        assert_eq!(parse_size("8G"), Ok(8 << 30));
+        assert_eq!(parse_size("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("0G").is_err());
+        assert!(parse_size("12 parsecs").is_err());
+        assert_eq!(format_size(80 << 30), "80 GiB");
+        assert_eq!(format_size(3 << 29), "1.5 GiB");
+        assert_eq!(format_size(512), "512 B");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90m"), Ok(90 * 60_000));
+        assert_eq!(parse_duration("2h"), Ok(7_200_000));
+        assert_eq!(parse_duration("1h30m"), Ok(5_400_000));
+        assert_eq!(parse_duration("1.5s"), Ok(1500));
+        assert_eq!(parse_duration("500ms"), Ok(500));
+        assert_eq!(parse_duration("02:00:00"), Ok(7_200_000));
+        assert_eq!(parse_duration("1-00:00:10"), Ok(86_410_000));
+        assert_eq!(parse_duration("05:30"), Ok(330_000));
+        for bad in ["", "10", "5 fortnights", "h", "-3m", "0s", "1:2:3:4"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
+        }
+        assert_eq!(format_duration(850), "850ms");
+        assert_eq!(format_duration(42_000), "42s");
+        assert_eq!(format_duration(425_000), "7m05s");
+        assert_eq!(format_duration(7_980_000), "2h13m");
+        assert_eq!(format_duration(273_600_000), "3d04h");
+    }
+}

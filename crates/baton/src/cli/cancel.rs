@@ -1,0 +1,31 @@
+//! `baton cancel ID...`: cancel queued or running jobs.
+
+use std::process::ExitCode;
+
+use super::{client, print_json};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Jobs to cancel.
+    #[arg(required = true)]
+    ids: Vec<u64>,
+}
+
+pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let resp = client().cancel(&args.ids).await?;
+    if json {
+        print_json(&resp.jobs);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for job in &resp.jobs {
+        match job.state.as_str() {
+            "running" => println!(
+                "job {}: stopping (SIGTERM to its processes, SIGKILL after the grace period)",
+                job.id
+            ),
+            "cancelled" => println!("job {}: cancelled", job.id),
+            other => println!("job {}: already ended ({other})", job.id),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,44 @@
+//! `baton logs ID [--follow] [--tail N] [--stderr]`: a job's output, streamed from the daemon.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use futures_util::StreamExt;
+
+use super::client;
+use crate::api::LogsQuery;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    id: u64,
+    /// Keep printing new output until the job ends.
+    #[arg(long, short)]
+    follow: bool,
+    /// Only the last N lines.
+    #[arg(long, short = 'n', value_name = "N")]
+    tail: Option<usize>,
+    /// Standard error instead of standard output.
+    #[arg(long)]
+    stderr: bool,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let query = LogsQuery {
+        stderr: args.stderr,
+        tail: args.tail,
+        follow: args.follow,
+    };
+    let mut stream = Box::pin(client().logs(args.id, &query).await?);
+    let mut out = std::io::stdout().lock();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        if let Err(e) = out.write_all(&chunk).and_then(|_| out.flush()) {
+            // A closed pipe (`| head`) is a normal way to stop reading.
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Ok(ExitCode::SUCCESS);
+            }
+            return Err(e.into());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,125 @@
+//! The command line: one file per command. Each command parses its own arguments, talks to the
+//! daemon through `crate::api::client`, and prints human text or `--json`.
+
+mod cancel;
+mod completions;
+mod demo;
+mod gpus;
+mod logs;
+mod output;
+mod serve;
+mod status;
+mod submit;
+mod wait;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::api::client::{Client, ClientError};
+
+/// A GPU job queue for AI coding agents and the people who run them.
+#[derive(Debug, Parser)]
+#[command(name = "baton", version, about, long_about = None)]
+pub struct Cli {
+    /// Print machine-readable JSON on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon in the foreground until SIGTERM or Ctrl-C (running jobs keep running).
+    Serve(serve::Args),
+    /// Queue a job: `baton submit --gpus 2 -- python train.py`. Prints the job id.
+    Submit(submit::Args),
+    /// Show the queue (queued, running and recently ended jobs) or the named jobs.
+    Status(status::Args),
+    /// Block until the named jobs end, then print how each ended.
+    Wait(wait::Args),
+    /// Cancel queued or running jobs (SIGTERM to the job's process group, SIGKILL after a grace).
+    Cancel(cancel::Args),
+    /// Print a job's output.
+    Logs(logs::Args),
+    /// Show each GPU: model, memory, utilisation, and the jobs on it.
+    Gpus,
+    /// A self-contained tour on simulated GPUs in a temporary state directory.
+    Demo(demo::Args),
+    /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Internal: the per-job supervisor the daemon starts.
+    #[command(hide = true)]
+    Supervise { dir: std::path::PathBuf },
+}
+
+/// The exit code a command asks for without that being an error (DESIGN §3).
+pub const EXIT_JOB_FAILED: u8 = 1;
+pub const EXIT_USAGE: u8 = 2;
+pub const EXIT_NO_DAEMON: u8 = 3;
+pub const EXIT_TIMEOUT: u8 = 124;
+
+/// A mistake in what the user asked for (exit 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let json = cli.json;
+    match cli.command {
+        Command::Supervise { dir } => Ok(crate::executor::supervisor::run(&dir)),
+        Command::Serve(args) => serve::run(args),
+        Command::Completions { shell } => {
+            completions::run(shell);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo(args) => demo::run(args),
+        command => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async move {
+                match command {
+                    Command::Submit(args) => submit::run(args, json).await,
+                    Command::Status(args) => status::run(args, json).await,
+                    Command::Wait(args) => wait::run(args, json).await,
+                    Command::Cancel(args) => cancel::run(args, json).await,
+                    Command::Logs(args) => logs::run(args).await,
+                    Command::Gpus => gpus::run(json).await,
+                    _ => unreachable!("handled above"),
+                }
+            })
+        }
+    }
+}
+
+/// The client for the daemon this user talks to.
+pub fn client() -> Client {
+    Client::new(crate::paths::client_socket())
+}
+
+pub fn exit_code_for(err: &anyhow::Error) -> u8 {
+    if err.downcast_ref::<UsageError>().is_some() {
+        return EXIT_USAGE;
+    }
+    match err.downcast_ref::<ClientError>() {
+        Some(ClientError::NotRunning { .. } | ClientError::StartFailed(_)) => EXIT_NO_DAEMON,
+        Some(e) if e.is_usage() => EXIT_USAGE,
+        _ => 1,
+    }
+}
+
+pub fn describe(err: &anyhow::Error) -> String {
+    format!("{err:#}")
+}
+
+pub fn print_json<T: serde::Serialize>(value: &T) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("API types always serialise")
+    );
+}

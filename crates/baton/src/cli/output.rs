@@ -1,0 +1,130 @@
+//! Human-readable rendering shared by the commands: job tables and one-line job summaries.
+
+use std::time::SystemTime;
+
+use baton_core::units::{format_duration, format_size};
+
+use crate::api::JobView;
+
+fn parse_time(text: &Option<String>) -> Option<SystemTime> {
+    text.as_deref()
+        .and_then(|t| humantime::parse_rfc3339(t).ok())
+}
+
+fn between(from: Option<SystemTime>, to: Option<SystemTime>) -> Option<i64> {
+    let (from, to) = (from?, to?);
+    Some(
+        to.duration_since(from)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0),
+    )
+}
+
+/// How long the job has waited, run, or ran.
+pub fn elapsed(job: &JobView) -> String {
+    let now = Some(SystemTime::now());
+    let submitted = parse_time(&Some(job.submitted_at.clone()));
+    let started = parse_time(&job.started_at);
+    let ended = parse_time(&job.ended_at);
+    let ms = match (started, ended) {
+        (Some(_), Some(_)) => between(started, ended),
+        (Some(_), None) => between(started, now),
+        (None, Some(_)) => between(submitted, ended),
+        (None, None) => between(submitted, now),
+    };
+    ms.map(format_duration).unwrap_or_default()
+}
+
+pub fn gpus_column(job: &JobView) -> String {
+    if !job.gpus.is_empty() {
+        let list = job
+            .gpus
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        return match job.gpu_mem {
+            Some(mem) => format!("{list} ({})", format_size(mem)),
+            None => list,
+        };
+    }
+    match (job.gpus_requested, job.gpu_mem) {
+        (0, _) => "-".into(),
+        (n, Some(mem)) => format!("{n}x{}", format_size(mem)),
+        (n, None) => format!("{n}"),
+    }
+}
+
+/// A table with one row per job.
+pub fn job_table(jobs: &[JobView]) -> String {
+    let header = [
+        "ID", "NAME", "STATE", "GPUS", "PRIO", "OWNER", "TIME", "REASON",
+    ];
+    let rows: Vec<[String; 8]> = jobs
+        .iter()
+        .map(|j| {
+            [
+                j.id.to_string(),
+                clip(&j.name, 24),
+                j.state.clone(),
+                gpus_column(j),
+                j.priority.to_string(),
+                j.owner.clone(),
+                elapsed(j),
+                j.reason.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in &rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        let mut s: String = text.chars().take(max - 1).collect();
+        s.push('…');
+        s
+    }
+}
+
+/// `job 42 "sweep-lr3" failed after 2h13m: exit code 1`.
+pub fn summary(job: &JobView) -> String {
+    let took = elapsed(job);
+    let mut line = format!("job {} \"{}\" {}", job.id, job.name, job.state);
+    match job.state.as_str() {
+        "queued" => line.push_str(&format!(" for {took}")),
+        "running" => line.push_str(&format!(" for {took}")),
+        _ if job.started_at.is_some() => line.push_str(&format!(" after {took}")),
+        _ => {}
+    }
+    if let Some(reason) = &job.reason {
+        line.push_str(&format!(": {reason}"));
+    } else if let Some(code) = job.exit_code {
+        line.push_str(&format!(" (exit code {code})"));
+    }
+    line
+}

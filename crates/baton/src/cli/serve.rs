@@ -1,0 +1,139 @@
+//! `baton serve`: sets up the state directory, the store, the GPUs and the socket, then runs the
+//! daemon until SIGTERM or SIGINT. One daemon per state directory (a lock file says so).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use baton_core::units::parse_duration;
+
+use super::UsageError;
+use crate::daemon::{Config, Daemon};
+use crate::paths;
+use crate::store::Store;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Simulate N GPUs of 80 GiB instead of asking NVML.
+    #[arg(long, env = "BATON_SIM_GPUS", value_name = "N")]
+    sim_gpus: Option<u32>,
+    /// Serve every local user (run as root): socket under /run/baton, open to all; jobs run as
+    /// their submitters, who may act only on their own jobs.
+    #[arg(long)]
+    system: bool,
+    /// Where to put the socket (default: $BATON_HOME/baton.sock, or /run/baton/baton.sock with
+    /// --system).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Time between SIGTERM and SIGKILL when a job is cancelled or hits its time limit.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DUR")]
+    grace: i64,
+    /// How long ended jobs stay in `baton status` without --all.
+    #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DUR")]
+    recent: i64,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("BATON_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let is_root = rustix::process::geteuid().is_root();
+    if args.system && !is_root {
+        return Err(UsageError(
+            "--system needs root: it runs jobs as the users who submit them".into(),
+        )
+        .into());
+    }
+    let home = if args.system && std::env::var_os("BATON_HOME").is_none() {
+        PathBuf::from(paths::SYSTEM_HOME)
+    } else {
+        paths::user_home()
+    };
+    let socket = args.socket.clone().unwrap_or_else(|| {
+        if args.system {
+            PathBuf::from(paths::SYSTEM_SOCKET)
+        } else {
+            home.join("baton.sock")
+        }
+    });
+    // Nothing baton creates is readable by others unless it says so below.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    fs::create_dir_all(home.join("jobs"))
+        .with_context(|| format!("cannot create the state directory {}", home.display()))?;
+    fs::set_permissions(&home, fs::Permissions::from_mode(0o700))?;
+
+    let lock_path = home.join("daemon.lock");
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("cannot open {}", lock_path.display()))?;
+    if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        return Err(UsageError(format!(
+            "another baton daemon is already serving {} (stop it first, or set BATON_HOME)",
+            home.display()
+        ))
+        .into());
+    }
+
+    let store = Store::open(&home.join("baton.db"))?;
+    let probe = crate::gpu::detect(args.sim_gpus);
+    let config = Config {
+        home: home.clone(),
+        system: args.system,
+        grace_ms: args.grace,
+        recent_ms: args.recent,
+    };
+    let exe = std::env::current_exe().context("cannot find the baton binary")?;
+    let daemon = Daemon::new(config, store, probe, exe)?;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = bind(&socket, args.system)?;
+        tracing::info!(socket = %socket.display(), home = %home.display(), "baton daemon ready");
+        Arc::clone(&daemon)
+            .run(listener, shutdown_signal())
+            .await
+            .context("the API server failed")?;
+        let _ = fs::remove_file(&socket);
+        drop(lock);
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn bind(socket: &std::path::Path, system: bool) -> anyhow::Result<tokio::net::UnixListener> {
+    if let Some(dir) = socket.parent() {
+        fs::create_dir_all(dir)?;
+        if system {
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    // We hold the daemon lock, so a socket file left here is stale.
+    let _ = fs::remove_file(socket);
+    let listener = tokio::net::UnixListener::bind(socket)
+        .with_context(|| format!("cannot listen on {}", socket.display()))?;
+    let mode = if system { 0o666 } else { 0o600 };
+    fs::set_permissions(socket, fs::Permissions::from_mode(mode))?;
+    Ok(listener)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

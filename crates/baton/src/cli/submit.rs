@@ -1,0 +1,103 @@
+//! `baton submit [opts] -- CMD [ARGS...]`: queue a job. Prints its id alone on stdout (or the job
+//! object with --json); a note for people and agents goes to stderr. Starts a user daemon in the
+//! background if none is running.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use baton_core::units::{parse_duration, parse_size};
+
+use super::{UsageError, print_json};
+use crate::api::SubmitRequest;
+use crate::api::client::Client;
+use crate::paths;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Whole GPUs to allocate (or GPUs to share, with --gpu-mem).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    gpus: u32,
+    /// Memory needed on each GPU (e.g. 20GiB): lets small jobs share a GPU.
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    gpu_mem: Option<u64>,
+    /// A name to show in the queue (default: the program's name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Higher runs first (default 0; negative allowed).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i64,
+    /// Start only after these jobs succeed (a failure fails this job too).
+    #[arg(long, value_delimiter = ',', value_name = "ID[,ID]")]
+    after: Vec<u64>,
+    /// Start after these jobs end, whatever their result.
+    #[arg(long, value_delimiter = ',', value_name = "ID[,ID]")]
+    after_any: Vec<u64>,
+    /// Wall-clock limit, e.g. 90m, 2h, 1h30m, 01:30:00. The job ends `timeout` when it passes.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    time_limit: Option<i64>,
+    /// Run a failed job again up to N more times (as new attempts of the same job).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    retries: u32,
+    /// A KEY=VALUE label, e.g. protect=true (repeatable).
+    #[arg(long = "tag", value_parser = parse_tag, value_name = "KEY=VALUE")]
+    tags: Vec<(String, String)>,
+    /// Working directory for the job (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// The command and its arguments.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "CMD"
+    )]
+    command: Vec<String>,
+}
+
+fn parse_tag(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
+pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let cwd = match &args.cwd {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir()?,
+    };
+    let cwd = cwd
+        .canonicalize()
+        .map_err(|e| UsageError(format!("working directory {}: {e}", cwd.display())))?;
+    if !cwd.is_dir() {
+        return Err(UsageError(format!("{} is not a directory", cwd.display())).into());
+    }
+    let req = SubmitRequest {
+        command: args.command,
+        name: args.name,
+        gpus: args.gpus,
+        gpu_mem: args.gpu_mem,
+        priority: args.priority,
+        after: args.after,
+        after_any: args.after_any,
+        time_limit_ms: args.time_limit,
+        retries: args.retries,
+        tags: args.tags.into_iter().collect::<BTreeMap<_, _>>(),
+        cwd: cwd.display().to_string(),
+        env: std::env::vars().collect(),
+    };
+    let client = Client::connect_or_start(paths::client_socket(), &paths::user_home()).await?;
+    let job = client.submit(&req).await?;
+    if json {
+        print_json(&job);
+    } else {
+        println!("{}", job.id);
+    }
+    eprintln!(
+        "baton: queued job {} ({}). `baton wait {}` blocks until it ends and prints how it ended; \
+         run it in the background to be told when it does.",
+        job.id, job.name, job.id
+    );
+    Ok(ExitCode::SUCCESS)
+}

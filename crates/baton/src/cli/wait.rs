@@ -1,0 +1,100 @@
+//! `baton wait ID... [--timeout DUR]`: blocks on the daemon (a held request, no polling) until
+//! every named job has ended, then prints how each ended. Exit 0 if all succeeded, 1 if any did
+//! not, 124 if the timeout passed first. Survives a daemon restart by waiting again.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use baton_core::units::parse_duration;
+
+use super::{EXIT_JOB_FAILED, EXIT_TIMEOUT, client, output, print_json};
+use crate::api::WaitRequest;
+use crate::api::client::ClientError;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Jobs to wait for.
+    #[arg(required = true)]
+    ids: Vec<u64>,
+    /// Give up after this long (exit 124), e.g. 30m.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    timeout: Option<i64>,
+}
+
+pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let client = client();
+    let deadline = args
+        .timeout
+        .map(|ms| Instant::now() + Duration::from_millis(ms as u64));
+    let spinner = std::io::stderr().is_terminal().then(|| {
+        let s = indicatif::ProgressBar::new_spinner();
+        s.set_message(format!(
+            "waiting for job{} {}",
+            if args.ids.len() == 1 { "" } else { "s" },
+            args.ids
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        s.enable_steady_tick(Duration::from_millis(120));
+        s
+    });
+    let response = loop {
+        let timeout_ms =
+            deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as i64);
+        let req = WaitRequest {
+            ids: args.ids.clone(),
+            timeout_ms,
+        };
+        match client.wait(&req).await {
+            Ok(resp) => break resp,
+            // The daemon restarted under us: running jobs survive that, so wait on.
+            Err(
+                ClientError::Transport(_)
+                | ClientError::Api { status: 503, .. }
+                | ClientError::NotRunning { .. },
+            ) if deadline.is_none_or(|d| Instant::now() < d) && reconnects(&client).await => {
+                continue;
+            }
+            Err(e) => {
+                if let Some(s) = &spinner {
+                    s.finish_and_clear();
+                }
+                return Err(e.into());
+            }
+        }
+    };
+    if let Some(s) = &spinner {
+        s.finish_and_clear();
+    }
+    if json {
+        print_json(&response.jobs);
+    } else {
+        for job in &response.jobs {
+            println!("{}", output::summary(job));
+        }
+    }
+    if !response.done {
+        eprintln!("baton: timed out waiting; the jobs are still going");
+        return Ok(ExitCode::from(EXIT_TIMEOUT));
+    }
+    if response.jobs.iter().all(|j| j.state == "succeeded") {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::from(EXIT_JOB_FAILED))
+    }
+}
+
+/// Waits up to a minute for the daemon to answer again.
+async fn reconnects(client: &crate::api::client::Client) -> bool {
+    let until = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < until {
+        if client.info().await.is_ok() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}

@@ -1,0 +1,70 @@
+//! Who is calling: the peer credentials of the Unix socket connection, and what they may do. In
+//! user mode only the daemon's own user (and root) is served; in system mode everyone is, and each
+//! may act only on their own jobs (root on all).
+
+use axum::extract::connect_info::Connected;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::serve::IncomingStream;
+use std::sync::Arc;
+use tokio::net::UnixListener;
+
+use super::{ApiError, Daemon};
+use crate::store::JobRecord;
+
+/// The caller, as the kernel vouches for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Peer {
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+
+    pub fn may_act_on(&self, job: &JobRecord) -> bool {
+        self.is_root() || job.owner_uid == self.uid
+    }
+}
+
+/// A uid no account has: what an unreadable credential is treated as (it gets refused).
+const NOBODY: u32 = u32::MAX;
+
+impl Connected<IncomingStream<'_, UnixListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
+        match stream.io().peer_cred() {
+            Ok(cred) => Peer {
+                uid: cred.uid(),
+                gid: cred.gid(),
+            },
+            Err(_) => Peer {
+                uid: NOBODY,
+                gid: NOBODY,
+            },
+        }
+    }
+}
+
+/// Refuses every request from a caller this daemon does not serve.
+pub async fn admit(
+    State(daemon): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if peer.uid == NOBODY {
+        return Err(ApiError::Forbidden(
+            "cannot read the caller's credentials".into(),
+        ));
+    }
+    if !daemon.config.system && !peer.is_root() && peer.uid != daemon.uid {
+        return Err(ApiError::Forbidden(format!(
+            "this daemon belongs to {}; start your own with `baton serve`",
+            crate::users::name_of(daemon.uid)
+        )));
+    }
+    Ok(next.run(request).await)
+}

@@ -1,0 +1,85 @@
+//! `POST /v1/cancel`: queued jobs end at once; running jobs get SIGTERM on their whole process
+//! group and SIGKILL after the grace period (done by their supervisor). All-or-nothing on
+//! permissions: a request naming someone else's job changes nothing.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{ConnectInfo, State};
+use baton_core::{JobId, JobState};
+
+use crate::api::{CancelRequest, CancelResponse};
+use crate::daemon::{ApiError, Daemon, Peer, now_ms};
+use crate::store::Ending;
+use crate::users;
+
+pub async fn handle(
+    State(daemon): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Json(req): Json<CancelRequest>,
+) -> Result<Json<CancelResponse>, ApiError> {
+    if req.ids.is_empty() {
+        return Err(ApiError::BadRequest(
+            "name at least one job to cancel".into(),
+        ));
+    }
+    let ids: Vec<JobId> = req.ids.iter().copied().map(JobId).collect();
+    let by = users::name_of(peer.uid);
+    let now = now_ms();
+    let mut to_signal = Vec::new();
+    {
+        // Everything is checked before anything changes.
+        let current = daemon.views(&ids)?;
+        let mut inner = daemon.lock();
+        for view in &current {
+            if let Some(job) = inner.active.get(&JobId(view.id))
+                && !peer.may_act_on(job)
+            {
+                return Err(ApiError::Forbidden(format!(
+                    "job {} belongs to {}; you can cancel only your own jobs",
+                    job.id, job.owner
+                )));
+            }
+        }
+        for id in &ids {
+            let Some(job) = inner.active.get(id).cloned() else {
+                continue; // already ended: nothing to do
+            };
+            match job.state {
+                JobState::Queued => {
+                    let end = Ending {
+                        state: JobState::Cancelled,
+                        exit_code: None,
+                        signal: None,
+                        reason: Some(format!("cancelled by {by} before it started")),
+                        at: now,
+                    };
+                    inner.store.mark_ended(*id, &end)?;
+                    inner.active.remove(id);
+                }
+                JobState::Running if job.cancel_requested_by.is_none() => {
+                    inner.store.mark_cancel_requested(*id, &by, now)?;
+                    if let Some(j) = inner.active.get_mut(id) {
+                        j.cancel_requested_by = Some(by.clone());
+                        j.reason = Some(format!("cancelling (asked by {by})"));
+                    }
+                    to_signal.push((*id, job.attempt));
+                }
+                _ => {}
+            }
+        }
+    }
+    daemon.notify_changed();
+    daemon.wake();
+    for (id, attempt) in to_signal {
+        if !daemon.executor.cancel(&daemon.files(id), attempt).await {
+            tracing::info!(
+                job = id.0,
+                "cancel: supervisor already gone; its exit decides"
+            );
+        }
+    }
+    Ok(Json(CancelResponse {
+        jobs: daemon.views(&ids)?,
+    }))
+}

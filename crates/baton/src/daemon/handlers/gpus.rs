@@ -1,0 +1,57 @@
+//! `GET /v1/gpus`: each GPU as the probe reads it, with the jobs baton placed on it.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use baton_core::JobState;
+
+use crate::api::{GpuProcess, GpuView, GpusResponse};
+use crate::daemon::Daemon;
+
+pub async fn handle(State(daemon): State<Arc<Daemon>>) -> Json<GpusResponse> {
+    let samples = daemon.probe.sample();
+    let running: Vec<_> = daemon
+        .lock()
+        .active
+        .values()
+        .filter(|j| j.state == JobState::Running)
+        .cloned()
+        .collect();
+    let gpus = daemon
+        .gpu_info
+        .iter()
+        .map(|info| {
+            let sample = samples.iter().find(|s| s.index == info.index);
+            let holders: Vec<_> = running
+                .iter()
+                .filter(|j| j.gpus.contains(&info.index))
+                .collect();
+            GpuView {
+                index: info.index,
+                model: info.model.clone(),
+                memory_total: info.memory_total,
+                memory_used: sample.map(|s| s.memory_used).unwrap_or(0),
+                utilization: sample.and_then(|s| s.utilization),
+                jobs: holders.iter().map(|j| j.id.0).collect(),
+                memory_allocated: holders
+                    .iter()
+                    .map(|j| j.request.mem_per_gpu.unwrap_or(info.memory_total))
+                    .sum(),
+                exclusive: holders.iter().any(|j| j.request.mem_per_gpu.is_none()),
+                processes: sample
+                    .map(|s| {
+                        s.processes
+                            .iter()
+                            .map(|&(pid, memory_used)| GpuProcess { pid, memory_used })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            }
+        })
+        .collect();
+    Json(GpusResponse {
+        backend: daemon.probe.backend().into(),
+        gpus,
+    })
+}

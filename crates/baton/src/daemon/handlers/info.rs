@@ -1,0 +1,20 @@
+//! `GET /v1/info`: the daemon's identity, used by clients to check that one is running.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+
+use crate::api::InfoResponse;
+use crate::daemon::Daemon;
+
+pub async fn handle(State(daemon): State<Arc<Daemon>>) -> Json<InfoResponse> {
+    Json(InfoResponse {
+        version: env!("CARGO_PKG_VERSION").into(),
+        pid: std::process::id(),
+        home: daemon.config.home.display().to_string(),
+        system: daemon.config.system,
+        gpu_backend: daemon.probe.backend().into(),
+        gpu_count: daemon.gpus.len(),
+    })
+}

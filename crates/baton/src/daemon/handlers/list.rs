@@ -1,0 +1,74 @@
+//! `GET /v1/jobs`: the named jobs, or the queue (active and recently ended, or all).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Query, State};
+use baton_core::JobId;
+
+use crate::api::{JobView, ListQuery};
+use crate::daemon::views::job_view;
+use crate::daemon::{ApiError, Daemon, now_ms};
+
+pub async fn handle(
+    State(daemon): State<Arc<Daemon>>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Vec<JobView>>, ApiError> {
+    let ids = parse_ids(query.ids.as_deref().unwrap_or(""))?;
+    if !ids.is_empty() {
+        return Ok(Json(daemon.views(&ids)?));
+    }
+    let inner = daemon.lock();
+    let mut jobs = if query.all {
+        inner.store.all()?
+    } else {
+        inner
+            .store
+            .ended_since(now_ms() - daemon.config.recent_ms)?
+    };
+    if !query.all {
+        jobs.extend(inner.active.values().cloned());
+    } else {
+        // The live copies carry the scheduler's current reasons.
+        for job in jobs.iter_mut() {
+            if let Some(live) = inner.active.get(&job.id) {
+                *job = live.clone();
+            }
+        }
+    }
+    jobs.sort_by_key(|j| j.id);
+    Ok(Json(jobs.iter().map(job_view).collect()))
+}
+
+pub fn parse_ids(text: &str) -> Result<Vec<JobId>, ApiError> {
+    text.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            s.trim()
+                .parse::<u64>()
+                .map(JobId)
+                .map_err(|_| ApiError::BadRequest(format!("invalid job id {s:?}")))
+        })
+        .collect()
+}
+
+impl Daemon {
+    /// The named jobs, in the order asked; an unknown id is an error that says what exists.
+    pub(crate) fn views(&self, ids: &[JobId]) -> Result<Vec<JobView>, ApiError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.job(*id)? {
+                Some(job) => out.push(job_view(&job)),
+                None => {
+                    let newest = self.lock().store.max_id()?;
+                    return Err(ApiError::NotFound(if newest == 0 {
+                        format!("job {id} does not exist (no jobs have been submitted yet)")
+                    } else {
+                        format!("job {id} does not exist (job ids go from 1 to {newest})")
+                    }));
+                }
+            }
+        }
+        Ok(out)
+    }
+}

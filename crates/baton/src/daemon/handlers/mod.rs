@@ -1,0 +1,34 @@
+//! The HTTP routes of the API, one file per route. Every handler speaks the protocol types of
+//! `crate::api` and goes through the same `Daemon` methods.
+
+mod cancel;
+mod gpus;
+mod info;
+mod list;
+mod logs;
+mod submit;
+mod wait;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{get, post};
+
+use super::{Daemon, auth};
+
+pub fn router(daemon: Arc<Daemon>) -> Router {
+    let v1 = Router::new()
+        .route("/info", get(info::handle))
+        .route("/jobs", post(submit::handle).get(list::handle))
+        .route("/jobs/{id}/logs", get(logs::handle))
+        .route("/wait", post(wait::handle))
+        .route("/cancel", post(cancel::handle))
+        .route("/gpus", get(gpus::handle));
+    Router::new()
+        .nest(crate::api::PREFIX, v1)
+        .layer(axum::middleware::from_fn_with_state(
+            daemon.clone(),
+            auth::admit,
+        ))
+        .with_state(daemon)
+}

@@ -1,0 +1,56 @@
+//! `POST /v1/wait`: holds the request open until every named job has ended (or the timeout
+//! passes). It sleeps on the daemon's change signal: no polling on either side.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+
+use crate::api::{WaitRequest, WaitResponse};
+use crate::daemon::{ApiError, Daemon};
+use baton_core::{JobId, JobState};
+
+pub async fn handle(
+    State(daemon): State<Arc<Daemon>>,
+    Json(req): Json<WaitRequest>,
+) -> Result<Json<WaitResponse>, ApiError> {
+    if req.ids.is_empty() {
+        return Err(ApiError::BadRequest(
+            "name at least one job to wait for".into(),
+        ));
+    }
+    let ids: Vec<JobId> = req.ids.iter().copied().map(JobId).collect();
+    // Subscribe before looking, so a change between the look and the sleep is not missed.
+    let mut changed = daemon.changed.subscribe();
+    let mut shutting_down = daemon.shutting_down.subscribe();
+    let deadline = req
+        .timeout_ms
+        .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms.max(0) as u64));
+    loop {
+        changed.borrow_and_update();
+        let jobs = daemon.views(&ids)?;
+        let done = jobs.iter().all(|j| {
+            j.state
+                .parse::<JobState>()
+                .map(JobState::is_terminal)
+                .unwrap_or(true)
+        });
+        if done {
+            return Ok(Json(WaitResponse { done, jobs }));
+        }
+        let timeout = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = changed.changed() => {}
+            _ = shutting_down.wait_for(|s| *s) => {
+                return Err(ApiError::Unavailable("the daemon is shutting down; wait again once it is back".into()));
+            }
+            _ = timeout => return Ok(Json(WaitResponse { done: false, jobs })),
+        }
+    }
+}

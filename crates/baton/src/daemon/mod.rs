@@ -1,0 +1,506 @@
+//! The daemon: owns the store, the GPUs and the running supervisors, and reacts to events. A
+//! submission, a cancel or a supervisor's exit each trigger one scheduling pass at once; nothing
+//! runs on a timer. `run` takes the bound listener and a shutdown signal, so tests and `serve`
+//! start it the same way.
+
+mod auth;
+mod error;
+mod handlers;
+mod views;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use baton_core::{Gpu, JobId, JobState, Millis, PendingJob, RunningJob};
+use tokio::net::UnixListener;
+use tokio::sync::{Notify, watch};
+
+pub use auth::Peer;
+pub use error::ApiError;
+
+use crate::executor::{ExitRecord, JobFiles, Launch, LocalExecutor, Recovery, RunAs, Watch};
+use crate::gpu::{GpuInfo, GpuProbe};
+use crate::store::{Ending, JobRecord, Store, StoreError};
+use crate::users;
+
+/// How a daemon was started.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub home: PathBuf,
+    /// Shared by several users: jobs run as their submitters, peers are checked per job.
+    pub system: bool,
+    /// SIGTERM-to-SIGKILL grace when cancelling or at a time limit.
+    pub grace_ms: Millis,
+    /// `status` without ids shows jobs that ended this recently.
+    pub recent_ms: Millis,
+}
+
+pub struct Daemon {
+    pub config: Config,
+    inner: Mutex<Inner>,
+    /// Asks the scheduler loop for a pass; permits coalesce, so a burst of events costs one pass.
+    wake: Notify,
+    /// Bumped after every job state change; `wait` and `logs --follow` listen to it.
+    changed: watch::Sender<u64>,
+    /// Flips to true when the daemon is shutting down, to end long-polls.
+    shutting_down: watch::Sender<bool>,
+    executor: LocalExecutor,
+    probe: Box<dyn GpuProbe>,
+    gpu_info: Vec<GpuInfo>,
+    gpus: Vec<Gpu>,
+    /// The uid the daemon runs as; in user mode, the only one (besides root) it serves.
+    uid: u32,
+}
+
+struct Inner {
+    store: Store,
+    /// Queued and running jobs, mirrored from the store (which is written first).
+    active: BTreeMap<JobId, JobRecord>,
+}
+
+pub fn now_ms() -> Millis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as Millis)
+        .unwrap_or(0)
+}
+
+impl Daemon {
+    pub fn new(
+        config: Config,
+        store: Store,
+        probe: Box<dyn GpuProbe>,
+        exe: PathBuf,
+    ) -> Result<Arc<Daemon>, StoreError> {
+        let active = store.active()?.into_iter().map(|j| (j.id, j)).collect();
+        let gpu_info = probe.gpus();
+        let gpus = gpu_info
+            .iter()
+            .map(|g| Gpu {
+                index: g.index,
+                memory_total: g.memory_total,
+            })
+            .collect();
+        Ok(Arc::new(Daemon {
+            config,
+            inner: Mutex::new(Inner { store, active }),
+            wake: Notify::new(),
+            changed: watch::Sender::new(0),
+            shutting_down: watch::Sender::new(false),
+            executor: LocalExecutor::new(exe),
+            probe,
+            gpu_info,
+            gpus,
+            uid: rustix::process::geteuid().as_raw(),
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock must not wedge every later request.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn files(&self, id: JobId) -> JobFiles {
+        JobFiles::new(crate::paths::job_dir(&self.config.home, id.0))
+    }
+
+    fn notify_changed(&self) {
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Serves the API on `listener` until `shutdown` resolves. Running jobs are left running.
+    pub async fn run(
+        self: Arc<Self>,
+        listener: UnixListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        // Recovery runs after the socket is bound, so a supervisor that exits meanwhile is
+        // already covered by the watch we set up for it or by the exit file it leaves.
+        self.recover().await;
+        let scheduler = tokio::spawn(self.clone().scheduler_loop());
+        let app = handlers::router(self.clone());
+        let me = self.clone();
+        let result = axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                tracing::info!("shutting down; running jobs keep running under their supervisors");
+                me.shutting_down.send_replace(true);
+            })
+            .await;
+        scheduler.abort();
+        result
+    }
+
+    async fn scheduler_loop(self: Arc<Self>) {
+        loop {
+            self.wake.notified().await;
+            self.schedule();
+        }
+    }
+
+    /// Asks for a scheduling pass soon (coalesced with any already pending).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// One scheduling pass: decide with the pure core, commit the decisions, then act on them.
+    fn schedule(self: &Arc<Self>) {
+        let now = now_ms();
+        let mut launches = Vec::new();
+        let mut cascade = false;
+        {
+            let mut inner = self.lock();
+            let mut running = Vec::new();
+            let mut pending = Vec::new();
+            let mut deps = Vec::new();
+            for job in inner.active.values() {
+                match job.state {
+                    JobState::Running => running.push(RunningJob {
+                        id: job.id,
+                        gpus: job.gpus.clone(),
+                        request: job.request,
+                        ends_by: job
+                            .time_limit
+                            .zip(job.started_at)
+                            .map(|(limit, start)| start + limit),
+                    }),
+                    JobState::Queued => {
+                        deps.extend(job.deps.iter().map(|d| d.job));
+                        pending.push(PendingJob {
+                            id: job.id,
+                            priority: job.priority,
+                            submitted_at: job.submitted_at,
+                            request: job.request,
+                            time_limit: job.time_limit,
+                            deps: job.deps.clone(),
+                        });
+                    }
+                    _ => {}
+                }
+            }
+            if pending.is_empty() {
+                return;
+            }
+            let mut states: HashMap<JobId, JobState> = HashMap::new();
+            let mut missing = Vec::new();
+            for id in deps {
+                match inner.active.get(&id) {
+                    Some(job) => {
+                        states.insert(id, job.state);
+                    }
+                    None => missing.push(id),
+                }
+            }
+            match inner.store.states(&missing) {
+                Ok(found) => states.extend(found),
+                Err(e) => {
+                    tracing::error!("scheduling pass skipped: {e}");
+                    return;
+                }
+            }
+            let plan = baton_core::plan(&self.gpus, &running, &pending, &states, now);
+
+            for (id, reason) in &plan.dependency_failed {
+                let end = Ending {
+                    state: JobState::Failed,
+                    exit_code: None,
+                    signal: None,
+                    reason: Some(reason.clone()),
+                    at: now,
+                };
+                if let Err(e) = inner.store.mark_ended(*id, &end) {
+                    tracing::error!(job = id.0, "cannot record dependency failure: {e}");
+                    continue;
+                }
+                inner.active.remove(id);
+                cascade = true;
+            }
+            let starts: Vec<(JobId, Vec<u32>)> = plan
+                .starts
+                .iter()
+                .map(|s| (s.job, s.gpus.clone()))
+                .collect();
+            if !starts.is_empty() {
+                if let Err(e) = inner.store.mark_started(&starts, now) {
+                    tracing::error!("cannot record job starts; not starting them: {e}");
+                    return;
+                }
+                for (id, gpus) in starts {
+                    if let Some(job) = inner.active.get_mut(&id) {
+                        job.state = JobState::Running;
+                        job.gpus = gpus;
+                        job.started_at = Some(now);
+                        job.attempt += 1;
+                        job.reason = None;
+                        job.exit_code = None;
+                        job.signal = None;
+                        launches.push(job.clone());
+                    }
+                }
+            }
+            for (id, why) in &plan.waiting {
+                if let Some(job) = inner.active.get_mut(id) {
+                    job.reason = Some(why.to_string());
+                }
+            }
+        }
+        if cascade || !launches.is_empty() {
+            self.notify_changed();
+        }
+        if cascade {
+            // A job failed for its dependency may itself be a dependency.
+            self.wake();
+        }
+        for job in launches {
+            self.launch(job);
+        }
+    }
+
+    fn launch(self: &Arc<Self>, job: JobRecord) {
+        let files = self.files(job.id);
+        let result = self.launch_description(&job).and_then(|launch| {
+            self.executor
+                .launch(&files, &launch)
+                .map_err(|e| e.to_string())
+        });
+        match result {
+            Ok(watch) => self.watch(job.id, job.attempt, watch),
+            Err(e) => {
+                tracing::error!(job = job.id.0, "cannot start: {e}");
+                self.finish(
+                    job.id,
+                    Ending {
+                        state: JobState::Failed,
+                        exit_code: None,
+                        signal: None,
+                        reason: Some(format!("could not start: {e}")),
+                        at: now_ms(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn launch_description(&self, job: &JobRecord) -> Result<Launch, String> {
+        let visible = job
+            .gpus
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut env: BTreeMap<String, String> = job.env.clone();
+        env.insert("CUDA_VISIBLE_DEVICES".into(), visible.clone());
+        env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
+        env.insert("BATON_GPUS".into(), visible);
+        env.insert("BATON_JOB_ID".into(), job.id.to_string());
+        env.insert("BATON_JOB_NAME".into(), job.name.clone());
+        env.insert("BATON_ATTEMPT".into(), job.attempt.to_string());
+        let run_as = if self.config.system && job.owner_uid != self.uid {
+            let account = users::by_uid(job.owner_uid)
+                .ok_or_else(|| format!("user {} no longer exists", job.owner_uid))?;
+            Some(RunAs {
+                uid: account.uid,
+                gid: account.gid,
+                groups: users::groups_of(&account),
+            })
+        } else {
+            None
+        };
+        Ok(Launch {
+            job_id: job.id.0,
+            attempt: job.attempt,
+            command: job.command.clone(),
+            cwd: job.cwd.clone(),
+            env: env.into_iter().collect(),
+            run_as,
+            time_limit_ms: job.time_limit,
+            grace_ms: self.config.grace_ms,
+        })
+    }
+
+    fn watch(self: &Arc<Self>, id: JobId, attempt: u32, watch: Watch) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            watch.exited().await;
+            let exit = me.files(id).exit_of(attempt);
+            me.attempt_ended(id, attempt, exit);
+        });
+    }
+
+    /// Records the end of an attempt: final state, or back to the queue for a retry.
+    fn attempt_ended(&self, id: JobId, attempt: u32, exit: Option<ExitRecord>) {
+        let job = {
+            let inner = self.lock();
+            match inner.active.get(&id) {
+                Some(job) if job.state == JobState::Running && job.attempt == attempt => {
+                    job.clone()
+                }
+                // Already recorded (a recovery and a watch can both see one exit).
+                _ => return,
+            }
+        };
+        let now = now_ms();
+        let ending = ending_for(&job, exit.as_ref(), now);
+        if ending.state == JobState::Failed && job.attempt <= job.retries {
+            let left = job.retries + 1 - job.attempt;
+            let reason = format!(
+                "attempt {} {}; retrying ({} {} left)",
+                job.attempt,
+                ending.reason.as_deref().unwrap_or("failed"),
+                left,
+                if left == 1 { "retry" } else { "retries" }
+            );
+            let mut inner = self.lock();
+            if let Err(e) = inner.store.requeue(id, true, &reason, now) {
+                tracing::error!(job = id.0, "cannot record retry: {e}");
+                return;
+            }
+            if let Some(j) = inner.active.get_mut(&id) {
+                j.state = JobState::Queued;
+                j.gpus.clear();
+                j.started_at = None;
+                j.reason = Some(reason);
+                j.exit_code = ending.exit_code;
+                j.signal = ending.signal;
+            }
+            drop(inner);
+            self.notify_changed();
+            self.wake();
+            return;
+        }
+        self.finish(id, ending);
+    }
+
+    /// Records a terminal state and frees the job's GPUs.
+    fn finish(&self, id: JobId, ending: Ending) {
+        {
+            let mut inner = self.lock();
+            if let Err(e) = inner.store.mark_ended(id, &ending) {
+                tracing::error!(job = id.0, "cannot record the end of the job: {e}");
+                return;
+            }
+            inner.active.remove(&id);
+        }
+        tracing::info!(job = id.0, state = %ending.state, reason = ending.reason.as_deref().unwrap_or(""), "job ended");
+        self.notify_changed();
+        self.wake();
+    }
+
+    /// Picks up the jobs the store says are running after a restart.
+    async fn recover(self: &Arc<Self>) {
+        let running: Vec<JobRecord> = self
+            .lock()
+            .active
+            .values()
+            .filter(|j| j.state == JobState::Running)
+            .cloned()
+            .collect();
+        for job in running {
+            let files = self.files(job.id);
+            match self.executor.recover(&files, job.attempt).await {
+                Recovery::Ended(exit) => {
+                    tracing::info!(job = job.id.0, "ended while the daemon was away");
+                    self.attempt_ended(job.id, job.attempt, Some(exit));
+                }
+                Recovery::Running(watch) => {
+                    tracing::info!(job = job.id.0, "still running; watching it again");
+                    self.watch(job.id, job.attempt, watch);
+                }
+                Recovery::NeverStarted => {
+                    tracing::info!(job = job.id.0, "launch never started; back to the queue");
+                    let mut inner = self.lock();
+                    let reason = "requeued: the daemon stopped before it could start";
+                    if inner.store.requeue(job.id, false, reason, now_ms()).is_ok()
+                        && let Some(j) = inner.active.get_mut(&job.id)
+                    {
+                        j.state = JobState::Queued;
+                        j.gpus.clear();
+                        j.started_at = None;
+                        j.attempt -= 1;
+                    }
+                }
+                Recovery::Lost => {
+                    tracing::warn!(job = job.id.0, "supervisor vanished without an exit record");
+                    self.attempt_ended(job.id, job.attempt, None);
+                }
+            }
+        }
+        self.wake();
+    }
+
+    /// Looks a job up: the live copy if it is active, else the stored one.
+    fn job(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+        let inner = self.lock();
+        match inner.active.get(&id) {
+            Some(job) => Ok(Some(job.clone())),
+            None => inner.store.get(id),
+        }
+    }
+}
+
+/// The state and reason for an attempt that ended with `exit` (None: the supervisor vanished).
+fn ending_for(job: &JobRecord, exit: Option<&ExitRecord>, now: Millis) -> Ending {
+    let Some(exit) = exit else {
+        return Ending {
+            state: JobState::Failed,
+            exit_code: None,
+            signal: None,
+            reason: Some("the supervisor died without recording an exit status".into()),
+            at: now,
+        };
+    };
+    let (state, reason) = if let Some(by) = &job.cancel_requested_by {
+        (JobState::Cancelled, format!("cancelled by {by}"))
+    } else if exit.timed_out {
+        let limit = job
+            .time_limit
+            .map(baton_core::units::format_duration)
+            .unwrap_or_default();
+        (JobState::Timeout, format!("time limit of {limit} reached"))
+    } else if let Some(err) = &exit.error {
+        (JobState::Failed, format!("could not start: {err}"))
+    } else if exit.exit_code == Some(0) {
+        (JobState::Succeeded, String::new())
+    } else if let Some(sig) = exit.signal {
+        (
+            JobState::Failed,
+            format!("killed by signal {sig} ({})", signal_name(sig)),
+        )
+    } else {
+        (
+            JobState::Failed,
+            format!("exit code {}", exit.exit_code.unwrap_or(-1)),
+        )
+    };
+    Ending {
+        state,
+        exit_code: exit.exit_code,
+        signal: exit.signal,
+        reason: (!reason.is_empty()).then_some(reason),
+        at: if exit.ended_at > 0 {
+            exit.ended_at
+        } else {
+            now
+        },
+    }
+}
+
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        _ => "signal",
+    }
+}

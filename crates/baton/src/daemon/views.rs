@@ -1,0 +1,48 @@
+//! The job object of the API, built from a stored record.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use baton_core::{DepKind, Millis};
+
+use crate::api::JobView;
+use crate::store::JobRecord;
+
+pub fn rfc3339(ms: Millis) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+pub fn job_view(job: &JobRecord) -> JobView {
+    let deps = |kind| {
+        job.deps
+            .iter()
+            .filter(|d| d.kind == kind)
+            .map(|d| d.job.0)
+            .collect()
+    };
+    JobView {
+        id: job.id.0,
+        name: job.name.clone(),
+        state: job.state.to_string(),
+        exit_code: job.exit_code,
+        signal: job.signal,
+        gpus: job.gpus.clone(),
+        command: job.command.clone(),
+        cwd: job.cwd.clone(),
+        owner: job.owner.clone(),
+        priority: job.priority,
+        submitted_at: rfc3339(job.submitted_at),
+        started_at: job.started_at.map(rfc3339),
+        ended_at: job.ended_at.map(rfc3339),
+        reason: job.reason.clone(),
+        workflow_id: job.workflow_id,
+        gpus_requested: job.request.count,
+        gpu_mem: job.request.mem_per_gpu,
+        time_limit_ms: job.time_limit,
+        retries: job.retries,
+        attempt: job.attempt,
+        after: deps(DepKind::Success),
+        after_any: deps(DepKind::Any),
+        tags: job.tags.clone(),
+    }
+}

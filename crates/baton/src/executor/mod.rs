@@ -1,0 +1,313 @@
+//! Running jobs on this machine. Each attempt runs under its own supervisor process (baton
+//! re-executing itself as `baton supervise DIR`) in a new session, so it outlives the daemon. The
+//! daemon and the supervisor talk only through files in the job's directory:
+//!
+//! - `launch.json`: written by the daemon; the supervisor claims it by renaming it to
+//!   `claimed.json`. A launch is run by whoever renames it first, so a recovering daemon can take
+//!   back a launch that never started (rename it away) without any chance of a double start.
+//! - `lock`: flock-ed by the supervisor for its whole life; a free lock means no supervisor.
+//! - `supervisor.json`: its pid and the job's process group, for cancel and recovery.
+//! - `exit.json`: how the attempt ended, written atomically before the supervisor exits.
+//! - `stdout`, `stderr`: the job's output, appended across attempts.
+
+pub mod supervisor;
+
+use std::fs;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::unix::AsyncFd;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("job directory {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("could not start the supervisor: {0}")]
+    Spawn(io::Error),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ExecutorError + '_ {
+    move |source| ExecutorError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The account a job runs as, when the daemon runs as root for several users.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+/// Everything the supervisor needs to run one attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launch {
+    pub job_id: u64,
+    pub attempt: u32,
+    pub command: Vec<String>,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    pub run_as: Option<RunAs>,
+    pub time_limit_ms: Option<i64>,
+    /// Time between SIGTERM and SIGKILL when cancelling or at the time limit.
+    pub grace_ms: i64,
+}
+
+/// How an attempt ended, as the supervisor saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    pub attempt: u32,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Stopped by the time limit.
+    pub timed_out: bool,
+    /// Stopped because the supervisor was asked to (cancel).
+    pub cancelled: bool,
+    /// The command could not be started at all.
+    pub error: Option<String>,
+    pub ended_at: i64,
+}
+
+/// Written by the supervisor once it has claimed a launch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SupervisorRecord {
+    pub attempt: u32,
+    pub pid: i32,
+    /// The job's process group (its main process's pid), once started.
+    pub pgid: Option<i32>,
+}
+
+/// The files of one job.
+#[derive(Clone, Debug)]
+pub struct JobFiles {
+    pub dir: PathBuf,
+}
+
+impl JobFiles {
+    pub fn new(dir: PathBuf) -> Self {
+        JobFiles { dir }
+    }
+    pub fn launch(&self) -> PathBuf {
+        self.dir.join("launch.json")
+    }
+    pub fn claimed(&self) -> PathBuf {
+        self.dir.join("claimed.json")
+    }
+    pub fn revoked(&self) -> PathBuf {
+        self.dir.join("launch.revoked")
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.dir.join("lock")
+    }
+    pub fn supervisor(&self) -> PathBuf {
+        self.dir.join("supervisor.json")
+    }
+    pub fn exit(&self) -> PathBuf {
+        self.dir.join("exit.json")
+    }
+    pub fn stdout(&self) -> PathBuf {
+        self.dir.join("stdout")
+    }
+    pub fn stderr(&self) -> PathBuf {
+        self.dir.join("stderr")
+    }
+
+    /// The exit record of `attempt`, if that attempt has ended.
+    pub fn exit_of(&self, attempt: u32) -> Option<ExitRecord> {
+        read_json::<ExitRecord>(&self.exit()).filter(|e| e.attempt == attempt)
+    }
+
+    /// The supervisor record of `attempt`, if its supervisor has claimed the launch.
+    pub fn supervisor_of(&self, attempt: u32) -> Option<SupervisorRecord> {
+        read_json::<SupervisorRecord>(&self.supervisor()).filter(|s| s.attempt == attempt)
+    }
+}
+
+pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
+    let text = fs::read(path).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// Writes a file so that readers see either the old content or all of the new.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = fs::File::create(&tmp)?;
+        io::Write::write_all(&mut f, bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)
+}
+
+/// Waits for a supervisor to exit: our own child, or one found alive after a daemon restart.
+pub enum Watch {
+    Child(tokio::process::Child),
+    Pidfd(AsyncFd<OwnedFd>),
+}
+
+impl Watch {
+    pub async fn exited(self) {
+        match self {
+            Watch::Child(mut child) => {
+                let _ = child.wait().await;
+            }
+            Watch::Pidfd(fd) => {
+                // A pidfd becomes readable when the process exits.
+                let _ = fd.readable().await;
+            }
+        }
+    }
+}
+
+/// What a restarted daemon finds for a job its store says is running.
+pub enum Recovery {
+    /// The attempt ended while the daemon was away.
+    Ended(ExitRecord),
+    /// The launch was never claimed; it has now been revoked, so it can never start.
+    NeverStarted,
+    /// The supervisor is alive; this resolves when it exits.
+    Running(Watch),
+    /// The supervisor died without recording an exit (killed by hand, machine trouble). Its job's
+    /// process group, if known, has been killed.
+    Lost,
+}
+
+/// Starts supervisors for jobs on this machine.
+pub struct LocalExecutor {
+    /// The baton binary, re-executed as the supervisor.
+    exe: PathBuf,
+}
+
+impl LocalExecutor {
+    pub fn new(exe: PathBuf) -> Self {
+        LocalExecutor { exe }
+    }
+
+    /// Writes the launch description and starts the supervisor. Must be called from a tokio
+    /// runtime (the child is reaped by it).
+    pub fn launch(&self, files: &JobFiles, launch: &Launch) -> Result<Watch, ExecutorError> {
+        fs::create_dir_all(&files.dir).map_err(io_err(&files.dir))?;
+        for stale in [
+            files.exit(),
+            files.supervisor(),
+            files.claimed(),
+            files.revoked(),
+        ] {
+            let _ = fs::remove_file(stale);
+        }
+        let body = serde_json::to_vec(launch).expect("plain data");
+        let path = files.launch();
+        write_atomic(&path, &body).map_err(io_err(&path))?;
+        let mut cmd = tokio::process::Command::new(&self.exe);
+        cmd.arg("supervise")
+            .arg(&files.dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(false);
+        // SAFETY: setsid is async-signal-safe. A new session detaches the supervisor from the
+        // daemon's terminal and process group, so it survives the daemon.
+        unsafe {
+            cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(Into::into));
+        }
+        let child = cmd.spawn().map_err(ExecutorError::Spawn)?;
+        Ok(Watch::Child(child))
+    }
+
+    /// Asks the supervisor of `attempt` to stop the job (SIGTERM, then SIGKILL after its grace).
+    /// Returns false if there is no live supervisor to ask.
+    pub async fn cancel(&self, files: &JobFiles, attempt: u32) -> bool {
+        // A just-started supervisor may not have written its record yet.
+        for _ in 0..100 {
+            if let Some(rec) = files.supervisor_of(attempt) {
+                return signal(rec.pid, rustix::process::Signal::TERM);
+            }
+            if files.exit_of(attempt).is_some() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// Decides what became of `attempt` while no daemon was watching.
+    pub async fn recover(&self, files: &JobFiles, attempt: u32) -> Recovery {
+        if let Some(exit) = files.exit_of(attempt) {
+            return Recovery::Ended(exit);
+        }
+        if fs::rename(files.launch(), files.revoked()).is_ok() {
+            return Recovery::NeverStarted;
+        }
+        if !supervisor_alive(files) {
+            return match files.exit_of(attempt) {
+                Some(exit) => Recovery::Ended(exit),
+                None => {
+                    kill_group_of(files, attempt);
+                    Recovery::Lost
+                }
+            };
+        }
+        // Alive: it holds the lock, and writes its record right after taking it.
+        for _ in 0..200 {
+            if let Some(rec) = files.supervisor_of(attempt) {
+                match pidfd(rec.pid) {
+                    Some(watch) => return Recovery::Running(watch),
+                    None => break,
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // It exited in the meantime (or never wrote a record): look once more.
+        match files.exit_of(attempt) {
+            Some(exit) => Recovery::Ended(exit),
+            None => {
+                kill_group_of(files, attempt);
+                Recovery::Lost
+            }
+        }
+    }
+}
+
+/// Whether some process holds the job's supervisor lock.
+fn supervisor_alive(files: &JobFiles) -> bool {
+    let Ok(file) = fs::OpenOptions::new().read(true).open(files.lock()) else {
+        return false;
+    };
+    use rustix::fs::{FlockOperation, flock};
+    // Taking the lock ourselves means nobody held it; closing the file releases it again.
+    flock(&file, FlockOperation::NonBlockingLockExclusive).is_err()
+}
+
+fn kill_group_of(files: &JobFiles, attempt: u32) {
+    if let Some(pgid) = files.supervisor_of(attempt).and_then(|r| r.pgid) {
+        kill_group(pgid, rustix::process::Signal::KILL);
+    }
+}
+
+fn pidfd(pid: i32) -> Option<Watch> {
+    let pid = rustix::process::Pid::from_raw(pid)?;
+    let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()?;
+    // SAFETY: an OwnedFd stays open and keeps its number until the AsyncFd drops it.
+    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .ok()
+        .map(Watch::Pidfd)
+}
+
+pub fn signal(pid: i32, sig: rustix::process::Signal) -> bool {
+    match rustix::process::Pid::from_raw(pid) {
+        Some(pid) => rustix::process::kill_process(pid, sig).is_ok(),
+        None => false,
+    }
+}
+
+pub fn kill_group(pgid: i32, sig: rustix::process::Signal) -> bool {
+    match rustix::process::Pid::from_raw(pgid) {
+        Some(pgid) => rustix::process::kill_process_group(pgid, sig).is_ok(),
+        None => false,
+    }
+}

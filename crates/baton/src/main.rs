@@ -1,0 +1,27 @@
+//! `baton`: the daemon and its command-line client in one binary. This file only parses the
+//! command line, runs the chosen command and turns errors into the exit codes of DESIGN §3.
+
+mod api;
+mod cli;
+mod daemon;
+mod executor;
+mod gpu;
+mod paths;
+mod store;
+mod users;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    match cli::run(args) {
+        Ok(code) => code,
+        Err(err) => {
+            let code = cli::exit_code_for(&err);
+            eprintln!("baton: {}", cli::describe(&err));
+            ExitCode::from(code)
+        }
+    }
+}

@@ -1,0 +1,527 @@
+//! Durable state in SQLite (WAL): the jobs table and an append-only event log. Every state change
+//! the daemon makes is committed here before it is acted on, so a crash at any point leaves a
+//! record the next daemon can recover from.
+
+mod schema;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use baton_core::{DepKind, Dependency, GpuRequest, JobId, JobState, Millis};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("corrupt record for job {id}: {detail}")]
+    Corrupt { id: u64, detail: String },
+    #[error(
+        "the database was written by a newer baton (schema version {found}, this one knows {known})"
+    )]
+    TooNew { found: i64, known: i64 },
+}
+
+/// Everything baton knows about a job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRecord {
+    pub id: JobId,
+    pub name: String,
+    pub state: JobState,
+    pub command: Vec<String>,
+    pub cwd: String,
+    pub env: BTreeMap<String, String>,
+    pub owner_uid: u32,
+    pub owner: String,
+    pub priority: i64,
+    pub request: GpuRequest,
+    pub time_limit: Option<Millis>,
+    pub retries: u32,
+    pub attempt: u32,
+    pub deps: Vec<Dependency>,
+    pub tags: BTreeMap<String, String>,
+    pub submitted_at: Millis,
+    pub started_at: Option<Millis>,
+    pub ended_at: Option<Millis>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: Option<String>,
+    pub gpus: Vec<u32>,
+    pub workflow_id: Option<u64>,
+    /// Who asked to cancel the running job; its end is then recorded as `cancelled`.
+    pub cancel_requested_by: Option<String>,
+}
+
+/// A job as submitted, before it has an id.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    pub name: Option<String>,
+    pub command: Vec<String>,
+    pub cwd: String,
+    pub env: BTreeMap<String, String>,
+    pub owner_uid: u32,
+    pub owner: String,
+    pub priority: i64,
+    pub request: GpuRequest,
+    pub time_limit: Option<Millis>,
+    pub retries: u32,
+    pub deps: Vec<Dependency>,
+    pub tags: BTreeMap<String, String>,
+    pub submitted_at: Millis,
+}
+
+/// How an attempt ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ending {
+    pub state: JobState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: Option<String>,
+    pub at: Millis,
+}
+
+/// One row of the event log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    pub job: JobId,
+    pub at: Millis,
+    pub kind: String,
+    pub detail: String,
+}
+
+pub struct Store {
+    conn: Connection,
+}
+
+const COLUMNS: &str = "id, name, state, command, cwd, env, owner_uid, owner, priority, gpus_requested, \
+     gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, started_at, ended_at, \
+     exit_code, signal, reason, gpus, workflow_id, cancel_requested_by";
+
+impl Store {
+    /// Opens (creating and migrating as needed) the database at `path`.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let conn = Connection::open(path)?;
+        // WAL: readers never block the writer. synchronous=FULL: a commit survives power loss,
+        // not only a crash of the daemon, since jobs are started on the strength of it.
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; \
+             PRAGMA busy_timeout=5000;",
+        )?;
+        schema::migrate(&conn)?;
+        Ok(Store { conn })
+    }
+
+    pub fn insert(&mut self, job: &NewJob) -> Result<JobRecord, StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO jobs (name, state, command, cwd, env, owner_uid, owner, priority, \
+             gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus) \
+             VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]')",
+            params![
+                job.name.clone().unwrap_or_default(),
+                json(&job.command),
+                job.cwd,
+                json(&job.env),
+                job.owner_uid,
+                job.owner,
+                job.priority,
+                job.request.count,
+                job.request.mem_per_gpu.map(|m| m as i64),
+                job.time_limit,
+                job.retries,
+                json(&deps_to_json(&job.deps)),
+                json(&job.tags),
+                job.submitted_at,
+            ],
+        )?;
+        let id = tx.last_insert_rowid() as u64;
+        if job.name.is_none() {
+            // The default name is the program's file name, as squeue shows it.
+            let program = job.command.first().map(String::as_str).unwrap_or("job");
+            let base = program.rsplit('/').next().unwrap_or(program);
+            tx.execute(
+                "UPDATE jobs SET name = ?1 WHERE id = ?2",
+                params![base, id as i64],
+            )?;
+        }
+        log_event(&tx, id, job.submitted_at, "submitted", &job.owner)?;
+        tx.commit()?;
+        self.get(JobId(id))?.ok_or(StoreError::Corrupt {
+            id,
+            detail: "vanished after insert".into(),
+        })
+    }
+
+    pub fn get(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+        self.conn
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"),
+                [id.0 as i64],
+                read_row,
+            )
+            .optional()?
+            .transpose()
+    }
+
+    fn select(
+        &self,
+        where_clause: &str,
+        args: impl rusqlite::Params,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM jobs {where_clause}"))?;
+        let rows = stmt.query_map(args, read_row)?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row??);
+        }
+        Ok(out)
+    }
+
+    /// Queued and running jobs.
+    pub fn active(&self) -> Result<Vec<JobRecord>, StoreError> {
+        self.select("WHERE state IN ('queued', 'running') ORDER BY id", [])
+    }
+
+    /// Jobs that ended at or after `since`, newest last.
+    pub fn ended_since(&self, since: Millis) -> Result<Vec<JobRecord>, StoreError> {
+        self.select(
+            "WHERE state NOT IN ('queued', 'running') AND ended_at >= ?1 ORDER BY id",
+            [since],
+        )
+    }
+
+    pub fn all(&self) -> Result<Vec<JobRecord>, StoreError> {
+        self.select("ORDER BY id", [])
+    }
+
+    /// The highest id ever handed out (0 when none).
+    pub fn max_id(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .conn
+            .query_row("SELECT COALESCE(MAX(id), 0) FROM jobs", [], |r| {
+                r.get::<_, i64>(0)
+            })? as u64)
+    }
+
+    /// The states of the given jobs; ids that do not exist are absent.
+    pub fn states(&self, ids: &[JobId]) -> Result<HashMap<JobId, JobState>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT state FROM jobs WHERE id = ?1")?;
+        let mut out = HashMap::new();
+        for id in ids {
+            if let Some(state) = stmt
+                .query_row([id.0 as i64], |r| r.get::<_, String>(0))
+                .optional()?
+            {
+                out.insert(*id, parse_state(id.0, &state)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records that these jobs start now on these GPUs, as a new attempt each, in one transaction.
+    pub fn mark_started(
+        &mut self,
+        starts: &[(JobId, Vec<u32>)],
+        at: Millis,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        for (id, gpus) in starts {
+            tx.execute(
+                "UPDATE jobs SET state = 'running', gpus = ?1, started_at = ?2, attempt = attempt + 1, \
+                 reason = NULL, exit_code = NULL, signal = NULL, ended_at = NULL WHERE id = ?3",
+                params![json(gpus), at, id.0 as i64],
+            )?;
+            log_event(&tx, id.0, at, "started", &format!("gpus {gpus:?}"))?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Records the end of a job (or of a queued job that will never run).
+    pub fn mark_ended(&mut self, id: JobId, end: &Ending) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "UPDATE jobs SET state = ?1, exit_code = ?2, signal = ?3, reason = ?4, ended_at = ?5 \
+             WHERE id = ?6",
+            params![
+                end.state.as_str(),
+                end.exit_code,
+                end.signal,
+                end.reason,
+                end.at,
+                id.0 as i64
+            ],
+        )?;
+        log_event(
+            &tx,
+            id.0,
+            end.at,
+            end.state.as_str(),
+            end.reason.as_deref().unwrap_or(""),
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Puts a job back in the queue: after a failed attempt with retries left (`retry`), or after
+    /// a launch that provably never happened (the attempt is taken back).
+    pub fn requeue(
+        &mut self,
+        id: JobId,
+        retry: bool,
+        reason: &str,
+        at: Millis,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        let attempt_change = if retry { "" } else { ", attempt = attempt - 1" };
+        tx.execute(
+            &format!(
+                "UPDATE jobs SET state = 'queued', gpus = '[]', reason = ?1, started_at = NULL{attempt_change} \
+                 WHERE id = ?2"
+            ),
+            params![reason, id.0 as i64],
+        )?;
+        log_event(
+            &tx,
+            id.0,
+            at,
+            if retry { "retry" } else { "requeued" },
+            reason,
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn mark_cancel_requested(
+        &mut self,
+        id: JobId,
+        by: &str,
+        at: Millis,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "UPDATE jobs SET cancel_requested_by = ?1 WHERE id = ?2",
+            params![by, id.0 as i64],
+        )?;
+        log_event(&tx, id.0, at, "cancel-requested", by)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT job_id, at, kind, detail FROM events WHERE job_id = ?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([id.0 as i64], |r| {
+            Ok(Event {
+                job: JobId(r.get::<_, i64>(0)? as u64),
+                at: r.get(1)?,
+                kind: r.get(2)?,
+                detail: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+fn log_event(
+    tx: &rusqlite::Transaction<'_>,
+    id: u64,
+    at: Millis,
+    kind: &str,
+    detail: &str,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO events (job_id, at, kind, detail) VALUES (?1, ?2, ?3, ?4)",
+        params![id as i64, at, kind, detail],
+    )?;
+    Ok(())
+}
+
+fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("plain data always serialises")
+}
+
+fn deps_to_json(deps: &[Dependency]) -> Vec<(u64, &'static str)> {
+    deps.iter()
+        .map(|d| {
+            (
+                d.job.0,
+                match d.kind {
+                    DepKind::Success => "success",
+                    DepKind::Any => "any",
+                },
+            )
+        })
+        .collect()
+}
+
+fn parse_state(id: u64, text: &str) -> Result<JobState, StoreError> {
+    text.parse()
+        .map_err(|e: baton_core::model::UnknownState| StoreError::Corrupt {
+            id,
+            detail: e.to_string(),
+        })
+}
+
+fn read_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRecord, StoreError>> {
+    let id = r.get::<_, i64>(0)? as u64;
+    let text = |i: usize| r.get::<_, String>(i);
+    let corrupt = |detail: String| StoreError::Corrupt { id, detail };
+    let parse = |i: usize, what: &str| -> Result<serde_json::Value, StoreError> {
+        let t: String = r.get(i).map_err(StoreError::from)?;
+        serde_json::from_str(&t).map_err(|e| corrupt(format!("{what}: {e}")))
+    };
+    let build = || -> Result<JobRecord, StoreError> {
+        let deps_raw: Vec<(u64, String)> = serde_json::from_value(parse(14, "deps")?)
+            .map_err(|e| corrupt(format!("deps: {e}")))?;
+        let deps = deps_raw
+            .into_iter()
+            .map(|(job, kind)| Dependency {
+                job: JobId(job),
+                kind: if kind == "any" {
+                    DepKind::Any
+                } else {
+                    DepKind::Success
+                },
+            })
+            .collect();
+        fn from<T: serde::de::DeserializeOwned>(
+            v: serde_json::Value,
+            what: &str,
+            id: u64,
+        ) -> Result<T, StoreError> {
+            serde_json::from_value(v).map_err(|e| StoreError::Corrupt {
+                id,
+                detail: format!("{what}: {e}"),
+            })
+        }
+        Ok(JobRecord {
+            id: JobId(id),
+            name: text(1)?,
+            state: parse_state(id, &text(2)?)?,
+            command: from(parse(3, "command")?, "command", id)?,
+            cwd: text(4)?,
+            env: from(parse(5, "env")?, "env", id)?,
+            owner_uid: r.get(6)?,
+            owner: text(7)?,
+            priority: r.get(8)?,
+            request: GpuRequest {
+                count: r.get(9)?,
+                mem_per_gpu: r.get::<_, Option<i64>>(10)?.map(|m| m as u64),
+            },
+            time_limit: r.get(11)?,
+            retries: r.get(12)?,
+            attempt: r.get(13)?,
+            deps,
+            tags: from(parse(15, "tags")?, "tags", id)?,
+            submitted_at: r.get(16)?,
+            started_at: r.get(17)?,
+            ended_at: r.get(18)?,
+            exit_code: r.get(19)?,
+            signal: r.get(20)?,
+            reason: r.get(21)?,
+            gpus: from(parse(22, "gpus")?, "gpus", id)?,
+            workflow_id: r.get::<_, Option<i64>>(23)?.map(|w| w as u64),
+            cancel_requested_by: r.get(24)?,
+        })
+    };
+    Ok(build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new_job(command: &[&str]) -> NewJob {
+        NewJob {
+            name: None,
+            command: command.iter().map(|s| s.to_string()).collect(),
+            cwd: "/tmp".into(),
+            env: BTreeMap::from([("A".into(), "1".into())]),
+            owner_uid: 1000,
+            owner: "alice".into(),
+            priority: 3,
+            request: GpuRequest::shared(2, 8 << 30),
+            time_limit: Some(60_000),
+            retries: 1,
+            deps: vec![Dependency {
+                job: JobId(7),
+                kind: DepKind::Any,
+            }],
+            tags: BTreeMap::from([("protect".into(), "true".into())]),
+            submitted_at: 1_000,
+        }
+    }
+
+    #[test]
+    fn a_job_round_trips_and_its_history_is_logged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
+        let job = store
+            .insert(&new_job(&["/usr/bin/python3", "train.py"]))
+            .unwrap();
+        assert_eq!(job.id, JobId(1));
+        assert_eq!(job.name, "python3");
+        assert_eq!(job.state, JobState::Queued);
+        assert_eq!(job.request, GpuRequest::shared(2, 8 << 30));
+        assert_eq!(job.deps[0].kind, DepKind::Any);
+
+        store.mark_started(&[(job.id, vec![0, 1])], 2_000).unwrap();
+        let running = store.get(job.id).unwrap().unwrap();
+        assert_eq!((running.state, running.attempt), (JobState::Running, 1));
+        assert_eq!(running.gpus, vec![0, 1]);
+
+        store
+            .requeue(job.id, true, "attempt 1 failed", 3_000)
+            .unwrap();
+        store.mark_started(&[(job.id, vec![1, 0])], 4_000).unwrap();
+        store
+            .mark_ended(
+                job.id,
+                &Ending {
+                    state: JobState::Failed,
+                    exit_code: Some(3),
+                    signal: None,
+                    reason: Some("exit code 3".into()),
+                    at: 5_000,
+                },
+            )
+            .unwrap();
+        let ended = store.get(job.id).unwrap().unwrap();
+        assert_eq!(
+            (ended.state, ended.attempt, ended.exit_code),
+            (JobState::Failed, 2, Some(3))
+        );
+        let kinds: Vec<String> = store
+            .events(job.id)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            ["submitted", "started", "retry", "started", "failed"]
+        );
+        assert_eq!(store.ended_since(5_000).unwrap().len(), 1);
+        assert!(store.active().unwrap().is_empty());
+        assert_eq!(store.states(&[job.id, JobId(99)]).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn state_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("baton.db");
+        {
+            let mut store = Store::open(&path).unwrap();
+            store.insert(&new_job(&["true"])).unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.max_id().unwrap(), 1);
+        assert_eq!(store.active().unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,65 @@
+//! The schema and its migrations, versioned with `PRAGMA user_version`. Each migration runs once,
+//! in its own transaction; a database from a newer baton is refused rather than misread.
+
+use rusqlite::Connection;
+
+use super::StoreError;
+
+const MIGRATIONS: &[&str] = &[
+    // 1: jobs and the event log.
+    "CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        state TEXT NOT NULL,
+        command TEXT NOT NULL,
+        cwd TEXT NOT NULL,
+        env TEXT NOT NULL,
+        owner_uid INTEGER NOT NULL,
+        owner TEXT NOT NULL,
+        priority INTEGER NOT NULL,
+        gpus_requested INTEGER NOT NULL,
+        gpu_mem INTEGER,
+        time_limit_ms INTEGER,
+        retries INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        deps TEXT NOT NULL,
+        tags TEXT NOT NULL,
+        submitted_at INTEGER NOT NULL,
+        started_at INTEGER,
+        ended_at INTEGER,
+        exit_code INTEGER,
+        signal INTEGER,
+        reason TEXT,
+        gpus TEXT NOT NULL,
+        workflow_id INTEGER,
+        cancel_requested_by TEXT
+    );
+    CREATE INDEX jobs_active ON jobs (state) WHERE state IN ('queued', 'running');
+    CREATE INDEX jobs_ended ON jobs (ended_at);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL REFERENCES jobs (id),
+        at INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        detail TEXT NOT NULL
+    );
+    CREATE INDEX events_job ON events (job_id);",
+];
+
+pub fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let known = MIGRATIONS.len() as i64;
+    if version > known {
+        return Err(StoreError::TooNew {
+            found: version,
+            known,
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.unchecked_transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
