@@ -16,10 +16,20 @@ struct Slot {
 }
 
 /// The occupancy of every GPU of a machine.
+///
+/// A scheduling pass asks "does this fit?" once per queued job and changes the occupancy only
+/// when a job starts, so the answers to the common questions are kept up to date on change
+/// (`free_whole`, `most_shared_free`) and most requests that do not fit are refused in O(1).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Occupancy {
     gpus: Vec<Gpu>,
     slots: Vec<Slot>,
+    /// GPUs nobody holds.
+    free_whole: usize,
+    /// The most memory free on any GPU a shared job could use.
+    most_shared_free: u64,
+    /// Every GPU's memory, largest first: what an empty machine could ever offer.
+    totals_desc: Vec<u64>,
 }
 
 /// Holding a GPU that does not exist, or taking more than is free: a broken caller.
@@ -35,10 +45,27 @@ impl Occupancy {
     pub fn new(gpus: &[Gpu]) -> Self {
         let mut gpus = gpus.to_vec();
         gpus.sort_by_key(|g| g.index);
+        let mut totals_desc: Vec<u64> = gpus.iter().map(|g| g.memory_total).collect();
+        totals_desc.sort_unstable_by(|a, b| b.cmp(a));
         Occupancy {
             slots: vec![Slot::default(); gpus.len()],
+            free_whole: gpus.len(),
+            most_shared_free: totals_desc.first().copied().unwrap_or(0),
+            totals_desc,
             gpus,
         }
+    }
+
+    fn refresh(&mut self) {
+        self.free_whole = self.slots.iter().filter(|s| s.holders == 0).count();
+        self.most_shared_free = self
+            .slots
+            .iter()
+            .zip(&self.gpus)
+            .filter(|(s, _)| !s.exclusive)
+            .map(|(s, g)| g.memory_total.saturating_sub(s.mem_used))
+            .max()
+            .unwrap_or(0);
     }
 
     pub fn gpus(&self) -> &[Gpu] {
@@ -80,6 +107,7 @@ impl Occupancy {
                 Some(mem) => slot.mem_used += mem,
             }
         }
+        self.refresh();
         Ok(())
     }
 
@@ -95,6 +123,7 @@ impl Occupancy {
                 }
             }
         }
+        self.refresh();
     }
 
     /// Chooses GPUs for `req`, or `None` if it does not fit now. Whole GPUs: the lowest free
@@ -103,6 +132,13 @@ impl Occupancy {
     pub fn choose(&self, req: &GpuRequest) -> Option<Vec<u32>> {
         if req.count == 0 {
             return Some(Vec::new());
+        }
+        let hopeless = match req.mem_per_gpu {
+            None => self.free_whole < req.count as usize,
+            Some(mem) => self.most_shared_free < mem,
+        };
+        if hopeless {
+            return None;
         }
         let mut candidates: Vec<usize> = (0..self.gpus.len())
             .filter(|&pos| self.slot_admits(pos, req))
@@ -126,35 +162,54 @@ impl Occupancy {
 
     /// Whether `req` could ever fit on this machine, empty.
     pub fn could_ever_fit(&self, req: &GpuRequest) -> bool {
-        Occupancy::new(&self.gpus).choose(req).is_some()
+        if req.count == 0 {
+            return true;
+        }
+        match self.totals_desc.get(req.count as usize - 1) {
+            None => false,
+            Some(&nth_largest) => req.mem_per_gpu.is_none_or(|mem| nth_largest >= mem),
+        }
     }
 
-    /// A short account of what is free, for "why is my job waiting" messages.
-    pub fn describe_free(&self, req: &GpuRequest) -> String {
+    /// What is free now, for "why is my job waiting" messages (formatted only when shown).
+    pub fn free(&self) -> Free {
+        Free {
+            whole: self.free_whole,
+            gpus: self.gpus.len(),
+            most_shared: self.most_shared_free,
+        }
+    }
+}
+
+/// What a machine has free at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Free {
+    /// GPUs nobody holds.
+    pub whole: usize,
+    /// GPUs on the machine.
+    pub gpus: usize,
+    /// The most memory free on any GPU a shared job could use.
+    pub most_shared: u64,
+}
+
+impl Free {
+    /// `needs 2 whole GPUs, 1 of 4 free`.
+    pub fn describe(&self, req: &GpuRequest) -> String {
         match req.mem_per_gpu {
-            None => {
-                let free = self.slots.iter().filter(|s| s.holders == 0).count();
-                format!(
-                    "needs {} whole GPU{}, {} of {} free",
-                    req.count,
-                    plural(req.count as usize),
-                    free,
-                    self.gpus.len()
-                )
-            }
-            Some(mem) => {
-                let fitting = (0..self.gpus.len())
-                    .filter(|&pos| self.slot_admits(pos, req))
-                    .count();
-                format!(
-                    "needs {} GPU{} with {} free, {} of {} have that much",
-                    req.count,
-                    plural(req.count as usize),
-                    crate::units::format_size(mem),
-                    fitting,
-                    self.gpus.len()
-                )
-            }
+            None => format!(
+                "needs {} whole GPU{}, {} of {} free",
+                req.count,
+                plural(req.count as usize),
+                self.whole,
+                self.gpus
+            ),
+            Some(mem) => format!(
+                "needs {} GPU{} with {} free, the most free on any GPU is {}",
+                req.count,
+                plural(req.count as usize),
+                crate::units::format_size(mem),
+                crate::units::format_size(self.most_shared)
+            ),
         }
     }
 }

@@ -13,7 +13,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{DepKind, Gpu, GpuRequest, JobId, JobState, Millis, PendingJob, RunningJob};
-use crate::placement::Occupancy;
+use crate::placement::{Free, Occupancy};
 use crate::units::format_duration;
 
 /// A decision to start a job on these GPUs.
@@ -31,9 +31,10 @@ pub struct Start {
 pub enum WaitReason {
     /// A dependency has not ended (or not succeeded) yet.
     Dependency { on: JobId },
-    /// Not enough free GPUs; `detail` says what it needs and what is free.
+    /// Not enough free GPUs: what it needs and what was free.
     Resources {
-        detail: String,
+        needs: GpuRequest,
+        free: Free,
         /// When the job is the reservation holder: the latest time it is guaranteed to start.
         reserved_at: Option<Millis>,
         /// `reserved_at` relative to `now`, for people.
@@ -42,7 +43,7 @@ pub enum WaitReason {
     /// It would fit, but starting it could delay the reservation of a higher-priority job.
     Priority { behind: JobId },
     /// The machine cannot ever satisfy the request (e.g. its GPUs went away).
-    Impossible { detail: String },
+    Impossible { needs: GpuRequest, free: Free },
 }
 
 impl fmt::Display for WaitReason {
@@ -50,11 +51,12 @@ impl fmt::Display for WaitReason {
         match self {
             WaitReason::Dependency { on } => write!(f, "dependency: waiting for job {on}"),
             WaitReason::Resources {
-                detail,
+                needs,
+                free,
                 reserved_in,
                 ..
             } => {
-                write!(f, "resources: {detail}")?;
+                write!(f, "resources: {}", free.describe(needs))?;
                 if let Some(dt) = reserved_in {
                     write!(f, "; reserved to start within {}", format_duration(*dt))?;
                 }
@@ -64,7 +66,13 @@ impl fmt::Display for WaitReason {
                 f,
                 "priority: would delay job {behind}, which holds the next reservation"
             ),
-            WaitReason::Impossible { detail } => write!(f, "impossible: {detail}"),
+            WaitReason::Impossible { needs, free } => write!(
+                f,
+                "impossible: {}; this machine has {} GPU{}",
+                free.describe(needs),
+                free.gpus,
+                if free.gpus == 1 { "" } else { "s" }
+            ),
         }
     }
 }
@@ -126,25 +134,21 @@ pub fn plan(
             }
         }
         if !occupancy.could_ever_fit(&job.request) {
-            let detail = format!(
-                "{}; this machine has {} GPU{}",
-                occupancy.describe_free(&job.request),
-                gpus.len(),
-                if gpus.len() == 1 { "" } else { "s" }
-            );
+            let (needs, free) = (job.request, occupancy.free());
             out.waiting
-                .push((job.id, WaitReason::Impossible { detail }));
+                .push((job.id, WaitReason::Impossible { needs, free }));
             continue;
         }
         let ends_by = job.time_limit.map(|limit| now.saturating_add(limit));
         let Some(chosen) = occupancy.choose(&job.request) else {
-            let detail = occupancy.describe_free(&job.request);
+            let (needs, free) = (job.request, occupancy.free());
             if reservation.is_none() {
                 let r = reserve(job, gpus, &holders);
                 out.waiting.push((
                     job.id,
                     WaitReason::Resources {
-                        detail,
+                        needs,
+                        free,
                         reserved_at: r.at,
                         reserved_in: r.at.map(|at| at - now),
                     },
@@ -154,7 +158,8 @@ pub fn plan(
                 out.waiting.push((
                     job.id,
                     WaitReason::Resources {
-                        detail,
+                        needs,
+                        free,
                         reserved_at: None,
                         reserved_in: None,
                     },
@@ -480,7 +485,12 @@ mod tests {
     #[test]
     fn reasons_read_well() {
         let r = WaitReason::Resources {
-            detail: "needs 2 whole GPUs, 1 of 4 free".into(),
+            needs: GpuRequest::whole(2),
+            free: Free {
+                whole: 1,
+                gpus: 4,
+                most_shared: 0,
+            },
             reserved_at: Some(600_000),
             reserved_in: Some(600_000),
         };

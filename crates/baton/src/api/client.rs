@@ -121,6 +121,10 @@ impl Client {
             .await
     }
 
+    pub async fn events(&self, id: u64) -> Result<Vec<EventView>, ClientError> {
+        self.send(self.get(&format!("/jobs/{id}/events"))).await
+    }
+
     pub async fn gpus(&self) -> Result<GpusResponse, ClientError> {
         self.send(self.get("/gpus")).await
     }

@@ -42,6 +42,9 @@ pub struct SubmitRequest {
     /// The submitter's environment, captured at submit time.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The submitter's file-creation mask; the job runs with it.
+    #[serde(default)]
+    pub umask: Option<u32>,
 }
 
 /// The job object of DESIGN §3, plus a few fields beyond the contract.
@@ -126,6 +129,16 @@ pub struct LogsQuery {
     /// Keep the response open and stream new output until the job ends.
     #[serde(default)]
     pub follow: bool,
+}
+
+/// `GET /v1/jobs/{id}/events`: one entry of a job's append-only history.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EventView {
+    pub job: u64,
+    pub at: String,
+    /// submitted, started, retry, requeued, cancel-requested, or the final state.
+    pub kind: String,
+    pub detail: String,
 }
 
 /// `GET /v1/gpus`.

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use futures_util::StreamExt;
 
-use super::client;
+use super::{client, print_json};
 use crate::api::LogsQuery;
 
 #[derive(Debug, clap::Args)]
@@ -22,13 +22,33 @@ pub struct Args {
     stderr: bool,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+/// `--json`: the output as one string (invalid UTF-8 replaced), once the stream has ended.
+#[derive(serde::Serialize)]
+struct LogsJson {
+    id: u64,
+    stream: &'static str,
+    text: String,
+}
+
+pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let query = LogsQuery {
         stderr: args.stderr,
         tail: args.tail,
         follow: args.follow,
     };
     let mut stream = Box::pin(client().logs(args.id, &query).await?);
+    if json {
+        let mut bytes = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            bytes.extend(chunk?);
+        }
+        print_json(&LogsJson {
+            id: args.id,
+            stream: if args.stderr { "stderr" } else { "stdout" },
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+        });
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut out = std::io::stdout().lock();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk?;

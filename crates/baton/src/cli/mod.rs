@@ -4,6 +4,7 @@
 mod cancel;
 mod completions;
 mod demo;
+mod events;
 mod gpus;
 mod logs;
 mod output;
@@ -43,6 +44,8 @@ pub enum Command {
     Cancel(cancel::Args),
     /// Print a job's output.
     Logs(logs::Args),
+    /// A job's history: submitted, started, retries, cancel requests, its end.
+    Events(events::Args),
     /// Show each GPU: model, memory, utilisation, and the jobs on it.
     Gpus,
     /// A self-contained tour on simulated GPUs in a temporary state directory.
@@ -88,7 +91,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     Command::Status(args) => status::run(args, json).await,
                     Command::Wait(args) => wait::run(args, json).await,
                     Command::Cancel(args) => cancel::run(args, json).await,
-                    Command::Logs(args) => logs::run(args).await,
+                    Command::Logs(args) => logs::run(args, json).await,
+                    Command::Events(args) => events::run(args, json).await,
                     Command::Gpus => gpus::run(json).await,
                     _ => unreachable!("handled above"),
                 }

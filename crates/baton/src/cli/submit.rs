@@ -46,13 +46,18 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
     /// The command and its arguments.
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        required = true,
-        value_name = "CMD"
-    )]
+    // No `allow_hyphen_values`: it made a mistyped option before the command (`--gpu 2 -- cmd`)
+    // the command itself. Options after the program's name are still the command's own
+    // (`trailing_var_arg`), and after `--` anything goes.
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+/// The umask can only be read by setting it; set it straight back.
+fn current_umask() -> u32 {
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+    rustix::process::umask(old);
+    old.bits()
 }
 
 fn parse_tag(text: &str) -> Result<(String, String), String> {
@@ -86,6 +91,7 @@ pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         tags: args.tags.into_iter().collect::<BTreeMap<_, _>>(),
         cwd: cwd.display().to_string(),
         env: std::env::vars().collect(),
+        umask: Some(current_umask()),
     };
     let client = Client::connect_or_start(paths::client_socket(), &paths::user_home()).await?;
     let job = client.submit(&req).await?;

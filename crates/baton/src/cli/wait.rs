@@ -41,6 +41,8 @@ pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         s.enable_steady_tick(Duration::from_millis(120));
         s
     });
+    // Whether the daemon has answered (or at least accepted) a request of ours yet.
+    let mut reached = false;
     let response = loop {
         let timeout_ms =
             deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as i64);
@@ -50,12 +52,17 @@ pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         };
         match client.wait(&req).await {
             Ok(resp) => break resp,
-            // The daemon restarted under us: running jobs survive that, so wait on.
+            // The daemon restarted under us: running jobs survive that, so wait on. No daemon
+            // at all on the first try is no restart: that is exit 3 at once, not after a minute.
             Err(
-                ClientError::Transport(_)
+                ref e @ (ClientError::Transport(_)
                 | ClientError::Api { status: 503, .. }
-                | ClientError::NotRunning { .. },
-            ) if deadline.is_none_or(|d| Instant::now() < d) && reconnects(&client).await => {
+                | ClientError::NotRunning { .. }),
+            ) if (reached || !matches!(e, ClientError::NotRunning { .. }))
+                && deadline.is_none_or(|d| Instant::now() < d)
+                && reconnects(&client, deadline).await =>
+            {
+                reached = true;
                 continue;
             }
             Err(e) => {
@@ -87,9 +94,10 @@ pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Waits up to a minute for the daemon to answer again.
-async fn reconnects(client: &crate::api::client::Client) -> bool {
-    let until = Instant::now() + Duration::from_secs(60);
+/// Waits up to a minute (never past the wait's own deadline) for the daemon to answer again.
+async fn reconnects(client: &crate::api::client::Client, deadline: Option<Instant>) -> bool {
+    let minute = Instant::now() + Duration::from_secs(60);
+    let until = deadline.map_or(minute, |d| d.min(minute));
     while Instant::now() < until {
         if client.info().await.is_ok() {
             return true;

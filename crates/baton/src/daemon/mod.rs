@@ -317,6 +317,7 @@ impl Daemon {
             run_as,
             time_limit_ms: job.time_limit,
             grace_ms: self.config.grace_ms,
+            umask: job.umask,
         })
     }
 
@@ -443,6 +444,15 @@ impl Daemon {
 /// The state and reason for an attempt that ended with `exit` (None: the supervisor vanished).
 fn ending_for(job: &JobRecord, exit: Option<&ExitRecord>, now: Millis) -> Ending {
     let Some(exit) = exit else {
+        if let Some(by) = &job.cancel_requested_by {
+            return Ending {
+                state: JobState::Cancelled,
+                exit_code: None,
+                signal: None,
+                reason: Some(format!("cancelled by {by}")),
+                at: now,
+            };
+        }
         return Ending {
             state: JobState::Failed,
             exit_code: None,

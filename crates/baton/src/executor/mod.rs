@@ -56,6 +56,8 @@ pub struct Launch {
     pub time_limit_ms: Option<i64>,
     /// Time between SIGTERM and SIGKILL when cancelling or at the time limit.
     pub grace_ms: i64,
+    /// The file-creation mask for the job (the daemon's own is 077).
+    pub umask: Option<u32>,
 }
 
 /// How an attempt ended, as the supervisor saw it.

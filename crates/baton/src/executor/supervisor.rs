@@ -49,16 +49,6 @@ pub fn run(dir: &Path) -> ExitCode {
         );
         return ExitCode::FAILURE;
     };
-    let mut record = SupervisorRecord {
-        attempt: launch.attempt,
-        pid: std::process::id() as i32,
-        pgid: None,
-    };
-    let _ = write_atomic(
-        &files.supervisor(),
-        &serde_json::to_vec(&record).expect("plain data"),
-    );
-
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -69,7 +59,7 @@ pub fn run(dir: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let exit = runtime.block_on(run_attempt(&files, &launch, &mut record));
+    let exit = runtime.block_on(run_attempt(&files, &launch));
     let body = serde_json::to_vec(&exit).expect("plain data");
     if let Err(e) = write_atomic(&files.exit(), &body) {
         eprintln!("baton supervise: cannot record the exit: {e}");
@@ -79,11 +69,7 @@ pub fn run(dir: &Path) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-async fn run_attempt(
-    files: &JobFiles,
-    launch: &Launch,
-    record: &mut SupervisorRecord,
-) -> ExitRecord {
+async fn run_attempt(files: &JobFiles, launch: &Launch) -> ExitRecord {
     let mut exit = ExitRecord {
         attempt: launch.attempt,
         exit_code: None,
@@ -97,6 +83,24 @@ async fn run_attempt(
         exit.ended_at = now_ms();
         exit
     };
+    // Signal handlers before the record that cancel reads to find us: from then on a SIGTERM may
+    // come at any moment, and it is queued for the loop below rather than killing us.
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        exit.error = Some("cannot install signal handlers".into());
+        return finish(exit);
+    };
+    let mut record = SupervisorRecord {
+        attempt: launch.attempt,
+        pid: std::process::id() as i32,
+        pgid: None,
+    };
+    let _ = write_atomic(
+        &files.supervisor(),
+        &serde_json::to_vec(&record).expect("plain data"),
+    );
     let child = match spawn(files, launch) {
         Ok(child) => child,
         Err(e) => {
@@ -114,17 +118,8 @@ async fn run_attempt(
     record.pgid = Some(pgid);
     let _ = write_atomic(
         &files.supervisor(),
-        &serde_json::to_vec(record).expect("plain data"),
+        &serde_json::to_vec(&record).expect("plain data"),
     );
-
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        kill_group(pgid, Signal::KILL);
-        exit.error = Some("cannot install signal handlers".into());
-        return finish(exit);
-    };
     let grace = Duration::from_millis(launch.grace_ms.max(0) as u64);
     let far = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
     let deadline = launch
@@ -202,6 +197,15 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
         .kill_on_drop(false);
     if let Some(run_as) = launch.run_as.clone() {
         drop_privileges(&mut cmd, run_as);
+    }
+    // The daemon's umask (077) protects its own files; the job gets its submitter's.
+    let mask = rustix::fs::Mode::from_raw_mode(launch.umask.unwrap_or(0o022));
+    // SAFETY: umask is async-signal-safe and cannot fail.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::umask(mask);
+            Ok(())
+        });
     }
     cmd.spawn().map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {

@@ -50,6 +50,8 @@ pub struct JobRecord {
     pub workflow_id: Option<u64>,
     /// Who asked to cancel the running job; its end is then recorded as `cancelled`.
     pub cancel_requested_by: Option<String>,
+    /// The submitter's umask, applied to the job.
+    pub umask: Option<u32>,
 }
 
 /// A job as submitted, before it has an id.
@@ -68,6 +70,7 @@ pub struct NewJob {
     pub deps: Vec<Dependency>,
     pub tags: BTreeMap<String, String>,
     pub submitted_at: Millis,
+    pub umask: Option<u32>,
 }
 
 /// How an attempt ended.
@@ -95,7 +98,7 @@ pub struct Store {
 
 const COLUMNS: &str = "id, name, state, command, cwd, env, owner_uid, owner, priority, gpus_requested, \
      gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, started_at, ended_at, \
-     exit_code, signal, reason, gpus, workflow_id, cancel_requested_by";
+     exit_code, signal, reason, gpus, workflow_id, cancel_requested_by, umask";
 
 impl Store {
     /// Opens (creating and migrating as needed) the database at `path`.
@@ -115,8 +118,8 @@ impl Store {
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO jobs (name, state, command, cwd, env, owner_uid, owner, priority, \
-             gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus) \
-             VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]')",
+             gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus, umask) \
+             VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]', ?15)",
             params![
                 job.name.clone().unwrap_or_default(),
                 json(&job.command),
@@ -132,6 +135,7 @@ impl Store {
                 json(&deps_to_json(&job.deps)),
                 json(&job.tags),
                 job.submitted_at,
+                job.umask,
             ],
         )?;
         let id = tx.last_insert_rowid() as u64;
@@ -428,6 +432,7 @@ fn read_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRecord, StoreError>> {
             gpus: from(parse(22, "gpus")?, "gpus", id)?,
             workflow_id: r.get::<_, Option<i64>>(23)?.map(|w| w as u64),
             cancel_requested_by: r.get(24)?,
+            umask: r.get(25)?,
         })
     };
     Ok(build())
@@ -455,6 +460,7 @@ mod tests {
             }],
             tags: BTreeMap::from([("protect".into(), "true".into())]),
             submitted_at: 1_000,
+            umask: Some(0o022),
         }
     }
 

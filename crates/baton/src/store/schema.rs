@@ -32,7 +32,8 @@ const MIGRATIONS: &[&str] = &[
         reason TEXT,
         gpus TEXT NOT NULL,
         workflow_id INTEGER,
-        cancel_requested_by TEXT
+        cancel_requested_by TEXT,
+        umask INTEGER
     );
     CREATE INDEX jobs_active ON jobs (state) WHERE state IN ('queued', 'running');
     CREATE INDEX jobs_ended ON jobs (ended_at);

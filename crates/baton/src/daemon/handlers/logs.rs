@@ -85,12 +85,11 @@ impl Follow {
         let mut changed = self.daemon.changed.subscribe();
         let mut shutting_down = self.daemon.shutting_down.subscribe();
         loop {
-            if self.file.is_none() {
-                if let Ok(mut f) = File::open(&self.path).await {
-                    if f.seek(SeekFrom::Start(self.offset)).await.is_ok() {
-                        self.file = Some(f);
-                    }
-                }
+            if self.file.is_none()
+                && let Ok(mut f) = File::open(&self.path).await
+                && f.seek(SeekFrom::Start(self.offset)).await.is_ok()
+            {
+                self.file = Some(f);
             }
             if let Some(f) = self.file.as_mut() {
                 let mut buf = vec![0u8; CHUNK];

@@ -2,6 +2,7 @@
 //! `crate::api` and goes through the same `Daemon` methods.
 
 mod cancel;
+mod events;
 mod gpus;
 mod info;
 mod list;
@@ -21,6 +22,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/info", get(info::handle))
         .route("/jobs", post(submit::handle).get(list::handle))
         .route("/jobs/{id}/logs", get(logs::handle))
+        .route("/jobs/{id}/events", get(events::handle))
         .route("/wait", post(wait::handle))
         .route("/cancel", post(cancel::handle))
         .route("/gpus", get(gpus::handle));

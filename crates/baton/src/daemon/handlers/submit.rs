@@ -78,7 +78,7 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
         };
         ApiError::BadRequest(format!("{e}{hint}"))
     })?;
-    for (key, _) in &req.tags {
+    for key in req.tags.keys() {
         if key.is_empty() || key.contains('=') {
             return bad(format!("invalid tag key {key:?}: use --tag KEY=VALUE"));
         }
@@ -111,5 +111,6 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
         deps,
         tags: req.tags,
         submitted_at: now_ms(),
+        umask: req.umask.map(|m| m & 0o777),
     })
 }

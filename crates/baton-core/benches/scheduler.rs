@@ -1,0 +1,106 @@
+//! The cost of one scheduling pass, the thing the daemon runs after every event.
+//! `cargo bench -p baton-core --bench scheduler`; results in docs/benchmarks.md.
+
+use std::collections::HashMap;
+
+use baton_core::{
+    DepKind, Dependency, Gpu, GpuRequest, JobId, JobState, PendingJob, RunningJob, plan,
+};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+const GIB: u64 = 1 << 30;
+const MIN: i64 = 60_000;
+
+/// A deterministic mix: mostly 1-8 whole GPUs, some shared, some with dependencies and limits.
+fn world(
+    gpus: u32,
+    running: usize,
+    queued: usize,
+) -> (
+    Vec<Gpu>,
+    Vec<RunningJob>,
+    Vec<PendingJob>,
+    HashMap<JobId, JobState>,
+) {
+    let gpu_list: Vec<Gpu> = (0..gpus)
+        .map(|index| Gpu {
+            index,
+            memory_total: 80 * GIB,
+        })
+        .collect();
+    let mut occ = baton_core::placement::Occupancy::new(&gpu_list);
+    let mut states = HashMap::new();
+    let mut run = Vec::new();
+    let mut seed: u64 = 42;
+    let mut next = || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        seed >> 33
+    };
+    for i in 0..running {
+        let req = if next() % 4 == 0 {
+            GpuRequest::shared(1, (10 + next() % 40) * GIB)
+        } else {
+            GpuRequest::whole(1 + (next() % 4) as u32)
+        };
+        if let Some(chosen) = occ.choose(&req) {
+            occ.hold(&chosen, &req).unwrap();
+            let id = JobId(i as u64 + 1);
+            states.insert(id, JobState::Running);
+            run.push(RunningJob {
+                id,
+                gpus: chosen,
+                request: req,
+                ends_by: Some(((next() % 600) as i64 + 1) * MIN),
+            });
+        }
+    }
+    let base = running as u64 + 1;
+    let pending = (0..queued)
+        .map(|i| {
+            let id = JobId(base + i as u64);
+            states.insert(id, JobState::Queued);
+            let request = match next() % 10 {
+                0..=5 => GpuRequest::whole(1 + (next() % 8) as u32),
+                6..=8 => GpuRequest::shared(1, (5 + next() % 60) * GIB),
+                _ => GpuRequest::whole(0),
+            };
+            let deps = if i > 0 && next() % 10 == 0 {
+                vec![Dependency {
+                    job: JobId(base + next() % i as u64),
+                    kind: DepKind::Success,
+                }]
+            } else {
+                vec![]
+            };
+            PendingJob {
+                id,
+                priority: (next() % 3) as i64,
+                submitted_at: i as i64,
+                request,
+                time_limit: if next() % 3 == 0 {
+                    None
+                } else {
+                    Some(((next() % 240) as i64 + 1) * MIN)
+                },
+                deps,
+            }
+        })
+        .collect();
+    (gpu_list, run, pending, states)
+}
+
+fn bench(c: &mut Criterion) {
+    let (gpus, running, pending, states) = world(4, 4, 300);
+    c.bench_function("pass: 300 queued on 4 GPUs", |b| {
+        b.iter(|| plan(&gpus, &running, &pending, &states, 0))
+    });
+    let (gpus, running, pending, states) = world(1024, 700, 10_000);
+    c.bench_function("pass: 10,000 queued on 1,024 GPUs", |b| {
+        b.iter(|| plan(&gpus, &running, &pending, &states, 0))
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,26 @@
+//! `baton events ID`: the job's history, oldest first.
+
+use std::process::ExitCode;
+
+use super::{client, print_json};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    id: u64,
+}
+
+pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let events = client().events(args.id).await?;
+    if json {
+        print_json(&events);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for e in &events {
+        if e.detail.is_empty() {
+            println!("{}  {}", e.at, e.kind);
+        } else {
+            println!("{}  {:<16} {}", e.at, e.kind, e.detail);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

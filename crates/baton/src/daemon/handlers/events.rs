@@ -1,0 +1,31 @@
+//! `GET /v1/jobs/{id}/events`: a job's history from the append-only event log.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use baton_core::JobId;
+
+use crate::api::EventView;
+use crate::daemon::views::rfc3339;
+use crate::daemon::{ApiError, Daemon};
+
+pub async fn handle(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<u64>,
+) -> Result<Json<Vec<EventView>>, ApiError> {
+    let id = JobId(id);
+    daemon.views(&[id])?; // 404 naming the ids that exist
+    let events = daemon.lock().store.events(id)?;
+    Ok(Json(
+        events
+            .into_iter()
+            .map(|e| EventView {
+                job: e.job.0,
+                at: rfc3339(e.at),
+                kind: e.kind,
+                detail: e.detail,
+            })
+            .collect(),
+    ))
+}

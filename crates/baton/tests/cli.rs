@@ -1,0 +1,124 @@
+//! The command line's contract: exit codes and messages for bad input, no daemon, the private
+//! socket, and the job environment.
+
+mod common;
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+
+use common::{Baton, run_cmd};
+
+#[test]
+fn socket_is_private_to_its_user() {
+    let b = Baton::start(1);
+    let socket = b.home.join("baton.sock");
+    let meta = std::fs::metadata(&socket).unwrap();
+    assert!(
+        meta.file_type().is_socket(),
+        "{} is not a socket",
+        socket.display()
+    );
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "socket mode");
+    let home = std::fs::metadata(&b.home).unwrap();
+    assert_eq!(home.permissions().mode() & 0o777, 0o700, "BATON_HOME mode");
+}
+
+#[test]
+fn bad_input_is_refused_with_exit_2_and_says_why() {
+    let b = Baton::start(4);
+    let refused = |args: &[&str]| {
+        let out = b.run(args).expect(2);
+        assert!(!out.stderr.trim().is_empty(), "no message for {args:?}");
+        out.stderr
+    };
+    // Unknown flags, also where a mistyped option precedes the command.
+    let err = refused(&["submit", "--bogus-flag", "--", "true"]);
+    assert!(err.contains("--bogus-flag"), "{err}");
+    refused(&["submit", "--gpu", "2", "--", "true"]);
+    refused(&["status", "--bogus-flag"]);
+    refused(&["frobnicate"]);
+
+    let err = refused(&["submit", "--gpus", "99", "--", "true"]);
+    assert!(err.contains("this machine has 4"), "{err}");
+    let err = refused(&["submit", "--gpu-mem", "100GiB", "--", "true"]);
+    assert!(err.contains("80 GiB"), "{err}");
+    let err = refused(&["submit", "--time-limit", "10", "--", "true"]);
+    assert!(err.contains("10"), "{err}");
+    let err = refused(&["submit", "--after", "999", "--", "true"]);
+    assert!(err.contains("999"), "{err}");
+    refused(&["submit"]);
+    refused(&["submit", "--gpus", "1", "--"]);
+    refused(&["submit", "--gpu-mem", "lots", "--", "true"]);
+
+    // None of that queued anything.
+    let all = b.run(&["status", "--all", "--json"]).expect(0).json();
+    assert_eq!(
+        all,
+        serde_json::json!([]),
+        "a refused submission queued a job"
+    );
+
+    let id = b.submit(&["--", "true"]);
+    assert_eq!(id, 1);
+    b.wait_ok(&[id]);
+    let err = refused(&["status", "999"]);
+    assert!(err.contains("999") && err.contains("1 to 1"), "{err}");
+    let err = refused(&["cancel", "999"]);
+    assert!(err.contains("999"), "{err}");
+    let err = refused(&["wait", "999", "--timeout", "5s"]);
+    assert!(err.contains("999"), "{err}");
+    refused(&["logs", "999"]);
+}
+
+#[test]
+fn no_daemon_is_exit_3() {
+    let b = Baton::unstarted();
+    let socket = b.root.join("nowhere").join("baton.sock");
+    for args in [&["status"][..], &["gpus"], &["wait", "1"], &["cancel", "1"]] {
+        let mut cmd = b.cmd(args);
+        cmd.env("BATON_SOCKET", &socket);
+        let out = run_cmd(cmd).expect(3);
+        assert!(
+            out.stderr.contains(&*socket.to_string_lossy()),
+            "the message should name the socket: {out:?}"
+        );
+    }
+    // An explicit BATON_SOCKET is never auto-started, even by submit.
+    let mut cmd = b.cmd(["submit", "--", "true"]);
+    cmd.env("BATON_SOCKET", &socket);
+    run_cmd(cmd).expect(3);
+    assert!(
+        !b.home.exists(),
+        "submit started a daemon for an explicit BATON_SOCKET"
+    );
+}
+
+#[test]
+fn jobs_see_their_gpus_id_and_name() {
+    let b = Baton::start(2);
+    let id = b.submit_sh(
+        &[
+            "--gpus",
+            "2",
+            "--name",
+            "envcheck",
+            "--tag",
+            "k=v",
+            "--priority",
+            "-3",
+        ],
+        "echo \"$CUDA_VISIBLE_DEVICES|$BATON_GPUS|$BATON_JOB_ID|$BATON_JOB_NAME|$PWD\" > env.out",
+    );
+    b.wait_ok(&[id]);
+    let work = b.work.canonicalize().unwrap();
+    assert_eq!(
+        b.read("env.out"),
+        format!("0,1|0,1|{id}|envcheck|{}\n", work.display())
+    );
+    let job = b.job(id);
+    assert_eq!(job["name"], "envcheck");
+    assert_eq!(job["priority"], -3);
+    assert_eq!(job["tags"]["k"], "v");
+    assert_eq!(job["gpus_requested"], 2);
+    assert_eq!(job["cwd"], work.to_string_lossy().as_ref());
+    assert_eq!(job["command"][0], "sh");
+}

@@ -1,0 +1,462 @@
+//! The harness for baton's integration tests: a real daemon (the built `baton` binary) on
+//! simulated GPUs in a temporary BATON_HOME, driven through the real CLI as subprocesses.
+//!
+//! Every test gets its own daemon and its own temporary directory, so tests run in parallel
+//! without seeing each other. Synchronisation is by events: `baton wait` (held server-side),
+//! files the jobs write, and, where no event exists (a job reaching `running`), bounded polling
+//! with a deadline.
+//!
+//! Dropping a [`Baton`] kills its daemon and every process that still carries its BATON_HOME in
+//! its environment (supervisors and jobs inherit it), so a failed test leaves nothing behind.
+
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_baton");
+
+/// How long any single bounded poll may take before the test fails.
+pub const DEADLINE: Duration = Duration::from_secs(15);
+/// Between two looks in a bounded poll.
+pub const POLL: Duration = Duration::from_millis(25);
+
+/// A job script fragment that blocks until the file `name` exists (the test creates it to release
+/// the job). Polling happens inside the job, never in the test.
+pub fn wait_for_file(name: &str) -> String {
+    format!("while [ ! -e '{name}' ]; do sleep 0.02; done")
+}
+
+/// What a finished CLI command did.
+#[derive(Debug)]
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub what: String,
+}
+
+impl Out {
+    fn from(what: String, out: std::process::Output) -> Out {
+        Out {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            what,
+        }
+    }
+
+    /// Asserts the exit code, showing everything the command printed when it is wrong.
+    #[track_caller]
+    pub fn expect(self, code: i32) -> Out {
+        assert_eq!(
+            self.code, code,
+            "`{}` exited {} (expected {code})\nstdout:\n{}\nstderr:\n{}",
+            self.what, self.code, self.stdout, self.stderr
+        );
+        self
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("`{}` printed no JSON ({e}):\n{}", self.what, self.stdout))
+    }
+}
+
+/// One daemon in its own temporary directory:
+/// `<root>/home` is BATON_HOME, `<root>/work` is where jobs run and write their files.
+pub struct Baton {
+    pub root: PathBuf,
+    pub home: PathBuf,
+    pub work: PathBuf,
+    /// `Some` when the daemon listens somewhere other than `$BATON_HOME/baton.sock`.
+    pub socket: Option<PathBuf>,
+    /// The baton binary the daemon runs (a copy, for system mode).
+    pub bin: PathBuf,
+    serve_args: Vec<String>,
+    daemon: Option<Child>,
+    // Last: removed after Drop has killed everything that could still write into it.
+    _tmp: tempfile::TempDir,
+}
+
+impl Baton {
+    /// A daemon with `gpus` simulated GPUs and a 1 s cancel grace, ready to answer.
+    pub fn start(gpus: u32) -> Baton {
+        let mut b = Baton::unstarted();
+        b.serve_args = vec![
+            "serve".into(),
+            "--sim-gpus".into(),
+            gpus.to_string(),
+            "--grace".into(),
+            "1s".into(),
+        ];
+        b.serve();
+        b
+    }
+
+    /// The directories, but no daemon yet.
+    pub fn unstarted() -> Baton {
+        Baton::unstarted_in(&std::env::temp_dir())
+    }
+
+    pub fn unstarted_in(parent: &Path) -> Baton {
+        let tmp = tempfile::Builder::new()
+            .prefix("baton-it-")
+            .tempdir_in(parent)
+            .expect("create a temporary directory");
+        let root = tmp.path().to_path_buf();
+        let home = root.join("home");
+        let work = root.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        Baton {
+            root,
+            home,
+            work,
+            socket: None,
+            bin: PathBuf::from(BIN),
+            serve_args: Vec::new(),
+            daemon: None,
+            _tmp: tmp,
+        }
+    }
+
+    /// Starts the daemon with `args` (the whole command line after the binary) and waits until it
+    /// answers `baton status`.
+    pub fn serve_with(&mut self, args: &[&str]) {
+        self.serve_args = args.iter().map(|s| s.to_string()).collect();
+        self.serve();
+    }
+
+    /// (Re)starts the daemon with the arguments it was first started with.
+    pub fn serve(&mut self) {
+        assert!(self.daemon.is_none(), "a daemon is already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.root.join("daemon.log"))
+            .unwrap();
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(&self.serve_args)
+            .env("BATON_HOME", &self.home)
+            .env_remove("BATON_SOCKET")
+            .env_remove("BATON_SIM_GPUS")
+            .env("BATON_LOG", "info")
+            .current_dir(&self.work)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let mut child = cmd.spawn().expect("start baton serve");
+        let until = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!(
+                    "baton serve exited early ({status}); its log:\n{}",
+                    self.daemon_log()
+                );
+            }
+            let out = self.run(&["status"]);
+            if out.code == 0 {
+                break;
+            }
+            if Instant::now() > until {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the daemon did not answer within {DEADLINE:?}: {out:?}\nlog:\n{}",
+                    self.daemon_log()
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+        self.daemon = Some(child);
+    }
+
+    /// SIGKILLs the daemon (not its jobs) and reaps it.
+    pub fn kill_daemon(&mut self) {
+        let mut child = self.daemon.take().expect("no daemon to kill");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Stops the daemon with SIGTERM, as a service manager would, and waits for it to exit.
+    pub fn stop_daemon(&mut self) -> std::process::ExitStatus {
+        let mut child = self.daemon.take().expect("no daemon to stop");
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let until = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > until {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the daemon ignored SIGTERM for {DEADLINE:?}:\n{}",
+                    self.daemon_log()
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    pub fn daemon_log(&self) -> String {
+        std::fs::read_to_string(self.root.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// A `baton` command for this daemon: BATON_HOME set, BATON_SOCKET only if the daemon uses
+    /// another socket, run in the work directory.
+    pub fn cmd<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args)
+            .env("BATON_HOME", &self.home)
+            .env_remove("BATON_SIM_GPUS")
+            .current_dir(&self.work)
+            .stdin(Stdio::null());
+        match &self.socket {
+            Some(sock) => cmd.env("BATON_SOCKET", sock),
+            None => cmd.env_remove("BATON_SOCKET"),
+        };
+        cmd
+    }
+
+    /// Runs a `baton` command to completion.
+    pub fn run(&self, args: &[&str]) -> Out {
+        run_cmd(self.cmd(args))
+    }
+
+    /// `baton submit ARGS` (ARGS includes `--` and the command); returns the job id.
+    #[track_caller]
+    pub fn submit(&self, args: &[&str]) -> u64 {
+        let mut full = vec!["submit"];
+        full.extend_from_slice(args);
+        let out = self.run(&full).expect(0);
+        out.stdout
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("submit printed {:?}, not a job id", out.stdout))
+    }
+
+    /// Submits `sh -c SCRIPT` with the given options.
+    #[track_caller]
+    pub fn submit_sh(&self, opts: &[&str], script: &str) -> u64 {
+        let mut args = opts.to_vec();
+        args.extend_from_slice(&["--", "sh", "-c", script]);
+        self.submit(&args)
+    }
+
+    /// The job object of `id` (`baton status ID --json`).
+    #[track_caller]
+    pub fn job(&self, id: u64) -> Value {
+        let out = self.run(&["status", &id.to_string(), "--json"]).expect(0);
+        let jobs = out.json();
+        let job = jobs
+            .as_array()
+            .and_then(|a| a.first())
+            .unwrap_or_else(|| panic!("status {id} returned {jobs}"));
+        assert_eq!(job["id"], id, "status {id} returned another job: {job}");
+        job.clone()
+    }
+
+    pub fn state(&self, id: u64) -> String {
+        self.job(id)["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// `baton wait IDS --timeout T`; the caller checks the exit code.
+    pub fn wait(&self, ids: &[u64], timeout: &str) -> Out {
+        let mut args = vec!["wait".to_string()];
+        args.extend(ids.iter().map(u64::to_string));
+        args.extend(["--timeout".to_string(), timeout.to_string()]);
+        run_cmd(self.cmd(&args))
+    }
+
+    /// Waits (server-side) for the jobs to end and asserts that all succeeded.
+    #[track_caller]
+    pub fn wait_ok(&self, ids: &[u64]) {
+        let out = self.wait(ids, "30s");
+        if out.code != 0 {
+            let states: Vec<Value> = ids.iter().map(|&id| self.job(id)).collect();
+            panic!(
+                "jobs {ids:?} did not all succeed: {out:?}\njobs: {states:#?}\ndaemon log:\n{}",
+                self.daemon_log()
+            );
+        }
+    }
+
+    /// Polls the job until `pred` holds (no event exists for "started" or "reason set").
+    #[track_caller]
+    pub fn poll_job(&self, id: u64, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let until = Instant::now() + DEADLINE;
+        loop {
+            let job = self.job(id);
+            if pred(&job) {
+                return job;
+            }
+            if Instant::now() > until {
+                panic!("job {id} never became {what} within {DEADLINE:?}; it is {job:#}");
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    #[track_caller]
+    pub fn wait_running(&self, id: u64) -> Value {
+        self.poll_job(id, "running", |j| j["state"] == "running")
+    }
+
+    /// Waits until a scheduling pass has looked at the queued job and said why it waits.
+    #[track_caller]
+    pub fn wait_reason(&self, id: u64) -> String {
+        let job = self.poll_job(id, "queued with a reason", |j| {
+            j["state"] != "queued" || j["reason"].is_string()
+        });
+        assert_eq!(
+            job["state"], "queued",
+            "job {id} should still be queued: {job:#}"
+        );
+        job["reason"].as_str().unwrap().to_string()
+    }
+
+    /// A path in the work directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.work.join(name)
+    }
+
+    /// Creates a file in the work directory (releasing jobs that wait for it).
+    pub fn touch(&self, name: &str) {
+        std::fs::File::create(self.path(name)).unwrap();
+    }
+
+    pub fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap_or_default()
+    }
+
+    /// Waits until a job has written the file (bounded).
+    #[track_caller]
+    pub fn wait_file(&self, name: &str) {
+        wait_path(&self.path(name));
+    }
+}
+
+impl Drop for Baton {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        kill_processes_of(&self.home);
+        if std::thread::panicking() {
+            eprintln!(
+                "--- daemon log ({}) ---\n{}",
+                self.root.display(),
+                self.daemon_log()
+            );
+        }
+    }
+}
+
+/// Runs a command to completion, capturing its output.
+pub fn run_cmd(mut cmd: Command) -> Out {
+    let what = format!("{cmd:?}");
+    let out = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    Out::from(what, out)
+}
+
+#[track_caller]
+pub fn wait_path(path: &Path) {
+    let until = Instant::now() + DEADLINE;
+    while !path.exists() {
+        assert!(
+            Instant::now() < until,
+            "{} did not appear within {DEADLINE:?}",
+            path.display()
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
+/// How many client connections the Unix socket at `path` has accepted and still holds open (from
+/// /proc/net/unix: the server's ends of accepted connections carry the socket's path).
+pub fn connections_to(path: &Path) -> usize {
+    let text = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let path = path.to_string_lossy();
+    text.lines()
+        .skip(1)
+        .filter(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            // Num RefCount Protocol Flags Type St Inode Path; St 03 = connected.
+            cols.len() == 8 && cols[5] == "03" && cols[7] == path
+        })
+        .count()
+}
+
+/// Whether a process exists and is not a zombie (a zombie is dead; only its parent has not
+/// collected it yet, and `kill -0` still succeeds on it).
+pub fn alive(pid: i32) -> bool {
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !(state.starts_with('Z') || state.starts_with('X'))
+        }
+        Err(_) => false,
+    }
+}
+
+/// The pids of processes whose environment has `BATON_HOME=<home>`: a daemon serving that home,
+/// its supervisors, and the jobs (which inherit the submitter's environment).
+pub fn processes_of(home: &Path) -> Vec<i32> {
+    let mut needle = b"BATON_HOME=".to_vec();
+    needle.extend_from_slice(home.as_os_str().as_encoded_bytes());
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| env.split(|&b| b == 0).any(|var| var == needle.as_slice()))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// SIGKILLs everything `processes_of(home)` finds, a few rounds (a supervisor may be starting a
+/// job while we look).
+pub fn kill_processes_of(home: &Path) {
+    for _ in 0..3 {
+        let pids = processes_of(home);
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Parses an RFC 3339 timestamp from a job object into milliseconds since the epoch.
+pub fn millis(v: &Value) -> i64 {
+    let text = v.as_str().unwrap_or_else(|| panic!("not a timestamp: {v}"));
+    let t = humantime::parse_rfc3339(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}

@@ -1,0 +1,183 @@
+//! The daemon's own life: killed with SIGKILL and restarted while jobs run, and started in the
+//! background by `baton submit` when none is running.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Instant;
+
+use common::{
+    Baton, DEADLINE, POLL, connections_to, processes_of, run_cmd, wait_for_file, wait_path,
+};
+
+#[test]
+fn jobs_survive_a_daemon_kill_and_restart() {
+    let mut b = Baton::start(2);
+    // Each job appends to its own counter file when its command runs.
+    let ok = b.submit_sh(
+        &["--gpus", "1", "--name", "ok"],
+        &format!("echo run >> count.ok; {}; exit 0", wait_for_file("go.ok")),
+    );
+    let seven = b.submit_sh(
+        &["--gpus", "1", "--name", "seven"],
+        &format!(
+            "echo run >> count.seven; {}; exit 7",
+            wait_for_file("go.seven")
+        ),
+    );
+    let queued = b.submit_sh(
+        &["--gpus", "1", "--name", "queued"],
+        "echo run >> count.queued",
+    );
+    let after = b.submit_sh(
+        &["--gpus", "1", "--name", "after", "--after", &ok.to_string()],
+        "echo run >> count.after",
+    );
+    b.wait_running(ok);
+    b.wait_running(seven);
+    b.wait_file("count.ok");
+    b.wait_file("count.seven");
+    assert_eq!(b.state(queued), "queued");
+    assert_eq!(b.state(after), "queued");
+
+    // A client waiting on the daemon when it dies waits on once it is back.
+    let waiter = b
+        .cmd(["wait", &ok.to_string(), "--timeout", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill the daemon only once the waiter's request is in: a `wait` that finds no daemon at all
+    // is exit 3, not a restart to wait through.
+    let socket = b.home.join("baton.sock");
+    let until = Instant::now() + DEADLINE;
+    while connections_to(&socket) == 0 {
+        assert!(Instant::now() < until, "`baton wait` never connected");
+        std::thread::sleep(POLL);
+    }
+
+    b.kill_daemon();
+    // While no daemon is alive, job `seven` exits 7: its supervisor records it.
+    b.touch("go.seven");
+    wait_path(
+        &b.home
+            .join("jobs")
+            .join(seven.to_string())
+            .join("exit.json"),
+    );
+    b.serve();
+
+    let out = b.wait(&[seven], "30s");
+    assert_eq!(out.code, 1, "{out:?}");
+    let job = b.job(seven);
+    assert_eq!(job["state"], "failed", "{job:#}");
+    assert_eq!(job["exit_code"], 7, "the true exit code was lost: {job:#}");
+    // The job queued before the crash runs after it, on the GPU `seven` gave back.
+    b.wait_ok(&[queued]);
+    assert_eq!(b.state(ok), "running", "job `ok` should still be running");
+
+    b.touch("go.ok");
+    b.wait_ok(&[ok, after]);
+    let job = b.job(ok);
+    assert_eq!(job["exit_code"], 0, "{job:#}");
+    assert_eq!(job["attempt"], 1, "{job:#}");
+    let waited = waiter.wait_with_output().unwrap();
+    assert_eq!(
+        waited.status.code(),
+        Some(0),
+        "a `baton wait` across the restart: {}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    for name in ["ok", "seven", "queued", "after"] {
+        assert_eq!(
+            b.read(&format!("count.{name}")),
+            "run\n",
+            "job {name} did not run exactly once"
+        );
+    }
+    assert!(
+        !b.daemon_log().contains("panicked"),
+        "the daemon panicked:\n{}",
+        b.daemon_log()
+    );
+}
+
+#[test]
+fn running_jobs_outlive_a_graceful_daemon_stop() {
+    let mut b = Baton::start(1);
+    let id = b.submit_sh(
+        &["--gpus", "1"],
+        &format!("echo $$ > pid; {}; echo done > out", wait_for_file("go")),
+    );
+    b.wait_running(id);
+    b.wait_file("pid");
+    // A `wait` held open while the daemon stops is answered, and waits on after the restart.
+    let waiter = b
+        .cmd(["wait", &id.to_string(), "--timeout", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let socket = b.home.join("baton.sock");
+    let until = Instant::now() + DEADLINE;
+    while connections_to(&socket) == 0 {
+        assert!(Instant::now() < until, "`baton wait` never connected");
+        std::thread::sleep(POLL);
+    }
+    let status = b.stop_daemon();
+    assert!(status.success(), "baton serve exited {status} on SIGTERM");
+    assert!(!socket.exists(), "the daemon left its socket behind");
+    let pid: i32 = b.read("pid").trim().parse().unwrap();
+    assert!(common::alive(pid), "the job died with its daemon");
+
+    b.serve();
+    assert_eq!(b.state(id), "running");
+    b.touch("go");
+    b.wait_ok(&[id]);
+    assert_eq!(b.read("out"), "done\n");
+    let waited = waiter.wait_with_output().unwrap();
+    assert_eq!(
+        waited.status.code(),
+        Some(0),
+        "a `baton wait` across the stop: {}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+}
+
+#[test]
+fn submit_starts_a_daemon_when_none_runs() {
+    let b = Baton::unstarted();
+    assert!(!b.home.exists());
+    let submit = |script: &str| {
+        let mut cmd = b.cmd(["submit", "--gpus", "1", "--", "sh", "-c", script]);
+        cmd.env("BATON_SIM_GPUS", "2");
+        run_cmd(cmd).expect(0)
+    };
+    let out = submit("echo $CUDA_VISIBLE_DEVICES > out");
+    assert!(
+        out.stderr.contains("started a daemon"),
+        "submit did not say it started a daemon: {out:?}"
+    );
+    let id: u64 = out.stdout.trim().parse().unwrap();
+    b.wait_ok(&[id]);
+    assert_eq!(b.read("out"), "0\n");
+
+    // It is a `baton serve` for this BATON_HOME, with the simulated GPUs it was asked for.
+    let daemons: Vec<i32> = processes_of(&b.home)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| c.split(|&b| b == 0).any(|arg| arg == b"serve"))
+                .unwrap_or(false)
+        })
+        .collect();
+    assert_eq!(daemons.len(), 1, "expected one daemon, found {daemons:?}");
+    let gpus = b.run(&["gpus", "--json"]).expect(0).json();
+    assert_eq!(gpus["gpus"].as_array().map(Vec::len), Some(2), "{gpus:#}");
+
+    // The next submit finds it and starts no other.
+    let out = submit("true");
+    assert!(!out.stderr.contains("started a daemon"), "{out:?}");
+    b.wait_ok(&[out.stdout.trim().parse().unwrap()]);
+    // Dropping `b` kills the daemon it started (found through its BATON_HOME).
+}

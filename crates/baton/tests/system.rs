@@ -1,0 +1,181 @@
+//! `baton serve --system`: one daemon for all local users. Needs root (to create two users and to
+//! run the daemon); skipped with a message otherwise.
+
+mod common;
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{Baton, Out, run_cmd, wait_for_file, wait_path};
+
+/// A local account created for the test and removed (with its home) when dropped.
+struct TestUser {
+    name: String,
+    uid: u32,
+}
+
+impl TestUser {
+    fn create(tag: &str) -> TestUser {
+        let name = format!("baton-{tag}-{}", std::process::id());
+        let out = run_cmd({
+            let mut c = Command::new("useradd");
+            c.args(["--create-home", "--shell", "/bin/sh", &name]);
+            c
+        });
+        assert_eq!(out.code, 0, "useradd {name}: {out:?}");
+        let mut user = TestUser { uid: 0, name };
+        let id = run_cmd({
+            let mut c = Command::new("id");
+            c.args(["-u", &user.name]);
+            c
+        })
+        .expect(0);
+        user.uid = id.stdout.trim().parse().unwrap();
+        user
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel")
+            .args(["--remove", &self.name])
+            .output();
+    }
+}
+
+fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// `baton ARGS` as `user`, talking to the system socket.
+fn as_user(b: &Baton, user: &TestUser, args: &[&str]) -> Out {
+    let mut cmd = Command::new("runuser");
+    cmd.args(["-u", &user.name, "--"])
+        .arg(&b.bin)
+        .args(args)
+        .env("BATON_SOCKET", b.socket.as_ref().unwrap())
+        // Lets the harness find (and clean up) these users' jobs too.
+        .env("BATON_HOME", &b.home)
+        .env("HOME", &b.work)
+        .current_dir(&b.work);
+    run_cmd(cmd)
+}
+
+fn submit_as(b: &Baton, user: &TestUser, script: &str) -> u64 {
+    let work = b.work.to_string_lossy().into_owned();
+    let out = as_user(
+        b,
+        user,
+        &["submit", "--cwd", &work, "--", "sh", "-c", script],
+    )
+    .expect(0);
+    out.stdout.trim().parse().unwrap()
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn system_mode_runs_jobs_as_their_submitters_and_guards_cancel() {
+    if !is_root() || !have("useradd") || !have("runuser") {
+        eprintln!("SKIPPED system_mode test: needs root, useradd and runuser");
+        return;
+    }
+    // Created before the daemon, so they are removed after it and their jobs are gone.
+    let alice = TestUser::create("t1");
+    let bob = TestUser::create("t2");
+    // Other users must reach the binary, the socket and the work directory: /tmp, not a
+    // possibly private TMPDIR, and a world-readable copy of the binary.
+    let mut b = Baton::unstarted_in(Path::new("/tmp"));
+    chmod(&b.root, 0o755);
+    chmod(&b.work, 0o1777);
+    let bin_dir = b.root.join("bin");
+    std::fs::create_dir(&bin_dir).unwrap();
+    chmod(&bin_dir, 0o755);
+    let bin = bin_dir.join("baton");
+    std::fs::copy(common::BIN, &bin).unwrap();
+    chmod(&bin, 0o755);
+    b.bin = bin;
+    let socket: PathBuf = b.root.join("sock").join("baton.sock");
+    b.socket = Some(socket.clone());
+
+    let sock_arg = socket.to_string_lossy().into_owned();
+    b.serve_with(&[
+        "serve",
+        "--system",
+        "--socket",
+        &sock_arg,
+        "--sim-gpus",
+        "2",
+        "--grace",
+        "1s",
+    ]);
+    let meta = std::fs::metadata(&socket).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o666,
+        "system socket mode"
+    );
+
+    // Each job records the uid it runs as, then waits to be released.
+    let job_script = |name: &str| format!("id -u > uid.$BATON_JOB_ID; {}", wait_for_file(name));
+    let a = submit_as(&b, &alice, &job_script("go.a"));
+    let bb = submit_as(&b, &bob, &job_script("go.b"));
+    wait_path(&b.path(&format!("uid.{a}")));
+    wait_path(&b.path(&format!("uid.{bb}")));
+    // The file appears before `id` has written into it.
+    let read_uid = |id: u64| {
+        let until = std::time::Instant::now() + common::DEADLINE;
+        loop {
+            let text = b.read(&format!("uid.{id}"));
+            if text.ends_with('\n') {
+                return text.trim().parse::<u32>().unwrap();
+            }
+            assert!(std::time::Instant::now() < until, "uid.{id}: {text:?}");
+            std::thread::sleep(common::POLL);
+        }
+    };
+    assert_eq!(read_uid(a), alice.uid, "alice's job ran as another user");
+    assert_eq!(read_uid(bb), bob.uid, "bob's job ran as another user");
+    assert_eq!(b.job(a)["owner"], alice.name.as_str());
+    assert_eq!(b.job(bb)["owner"], bob.name.as_str());
+
+    // Alice may not cancel Bob's job, and is told whose it is.
+    let out = as_user(&b, &alice, &["cancel", &bb.to_string()]);
+    assert_eq!(out.code, 2, "alice cancelling bob's job: {out:?}");
+    assert!(
+        out.stderr.contains(&bob.name),
+        "the refusal should name the owner: {out:?}"
+    );
+    assert_eq!(
+        b.state(bb),
+        "running",
+        "bob's job was touched by alice's cancel"
+    );
+    // Nor mix her own job with his: all or nothing.
+    let out = as_user(&b, &alice, &["cancel", &a.to_string(), &bb.to_string()]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_eq!(b.state(a), "running");
+    // Her own job she may cancel.
+    as_user(&b, &alice, &["cancel", &a.to_string()]).expect(0);
+    assert_eq!(b.wait(&[a], "15s").code, 1);
+    assert_eq!(b.state(a), "cancelled");
+    // Root may cancel anyone's.
+    b.run(&["cancel", &bb.to_string()]).expect(0);
+    assert_eq!(b.wait(&[bb], "15s").code, 1);
+    let job = b.job(bb);
+    assert_eq!(job["state"], "cancelled", "{job:#}");
+    // Both ended by their cancel, not by the release file.
+    assert!(!b.path("go.a").exists() && !b.path("go.b").exists());
+}
