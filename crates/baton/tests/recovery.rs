@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Instant;
 
 use common::{
-    Baton, DEADLINE, POLL, connections_to, processes_of, run_cmd, wait_for_file, wait_path,
+    Baton, DEADLINE, POLL, connections_to, processes_of, run_cmd, wait_contains, wait_for_file,
 };
 
 #[test]
@@ -59,11 +59,12 @@ fn jobs_survive_a_daemon_kill_and_restart() {
     b.kill_daemon();
     // While no daemon is alive, job `seven` exits 7: its supervisor records it.
     b.touch("go.seven");
-    wait_path(
+    wait_contains(
         &b.home
             .join("jobs")
             .join(seven.to_string())
-            .join("exit.json"),
+            .join("supervisor"),
+        r#""event":"exited""#,
     );
     b.serve();
 

@@ -143,27 +143,27 @@ impl Client {
             .map(|r| r.map(|b| b.to_vec()).map_err(ClientError::from)))
     }
 
-    /// Connects, starting a user daemon in the background first if none answers on the user's
-    /// own socket. A system socket or an explicit `BATON_SOCKET` is never auto-started.
-    pub async fn connect_or_start(socket: PathBuf, home: &Path) -> Result<Client, ClientError> {
-        let client = Client::new(socket.clone());
-        match client.info().await {
-            Ok(_) => return Ok(client),
-            Err(ClientError::NotRunning { .. }) if socket == home.join("baton.sock") => {}
-            Err(e) => return Err(e),
+    /// Starts a user daemon in the background for `home` and waits (at most 10 s) until it
+    /// answers. Only the user's own socket is ever auto-started: a system socket or an explicit
+    /// `BATON_SOCKET` that nobody serves is reported instead.
+    pub async fn start_daemon(&self, home: &Path) -> Result<(), ClientError> {
+        if self.socket != home.join("baton.sock") {
+            return Err(ClientError::NotRunning {
+                socket: self.socket.clone(),
+            });
         }
-        start_daemon(home)?;
+        spawn_daemon(home)?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match client.info().await {
-                Ok(_) => return Ok(client),
+            match self.info().await {
+                Ok(_) => return Ok(()),
                 Err(ClientError::NotRunning { .. }) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(20)).await
                 }
                 Err(ClientError::NotRunning { .. }) => {
                     return Err(ClientError::StartFailed(format!(
                         "it did not open {} within 10 s; see {}",
-                        socket.display(),
+                        self.socket.display(),
                         home.join("daemon.log").display()
                     )));
                 }
@@ -173,7 +173,7 @@ impl Client {
     }
 }
 
-fn start_daemon(home: &Path) -> Result<(), ClientError> {
+fn spawn_daemon(home: &Path) -> Result<(), ClientError> {
     let fail = |e: std::io::Error| ClientError::StartFailed(e.to_string());
     std::fs::create_dir_all(home).map_err(fail)?;
     let log = std::fs::OpenOptions::new()

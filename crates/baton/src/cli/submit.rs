@@ -10,7 +10,7 @@ use baton_core::units::{parse_duration, parse_size};
 
 use super::{UsageError, print_json};
 use crate::api::SubmitRequest;
-use crate::api::client::Client;
+use crate::api::client::{Client, ClientError};
 use crate::paths;
 
 #[derive(Debug, clap::Args)]
@@ -93,8 +93,14 @@ pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         env: std::env::vars().collect(),
         umask: Some(current_umask()),
     };
-    let client = Client::connect_or_start(paths::client_socket(), &paths::user_home()).await?;
-    let job = client.submit(&req).await?;
+    let client = Client::new(paths::client_socket());
+    let job = match client.submit(&req).await {
+        Err(ClientError::NotRunning { .. }) => {
+            client.start_daemon(&paths::user_home()).await?;
+            client.submit(&req).await?
+        }
+        other => other?,
+    };
     if json {
         print_json(&job);
     } else {

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use baton_core::{Gpu, JobId, JobState, Millis, PendingJob, RunningJob};
+use baton_core::{Gpu, JobId, JobState, Millis, PendingJob, RunningJob, WaitReason};
 use tokio::net::UnixListener;
 use tokio::sync::{Notify, watch};
 
@@ -58,6 +58,8 @@ struct Inner {
     store: Store,
     /// Queued and running jobs, mirrored from the store (which is written first).
     active: BTreeMap<JobId, JobRecord>,
+    /// Why each queued job waited in the last pass; its text is rebuilt only when it changes.
+    waiting: HashMap<JobId, WaitReason>,
 }
 
 pub fn now_ms() -> Millis {
@@ -85,7 +87,11 @@ impl Daemon {
             .collect();
         Ok(Arc::new(Daemon {
             config,
-            inner: Mutex::new(Inner { store, active }),
+            inner: Mutex::new(Inner {
+                store,
+                active,
+                waiting: HashMap::new(),
+            }),
             wake: Notify::new(),
             changed: watch::Sender::new(0),
             shutting_down: watch::Sender::new(false),
@@ -240,10 +246,18 @@ impl Daemon {
                     }
                 }
             }
-            for (id, why) in &plan.waiting {
-                if let Some(job) = inner.active.get_mut(id) {
+            let Inner {
+                active, waiting, ..
+            } = &mut *inner;
+            waiting.retain(|id, _| active.get(id).is_some_and(|j| j.state == JobState::Queued));
+            for (id, why) in plan.waiting {
+                if waiting.get(&id) == Some(&why) {
+                    continue;
+                }
+                if let Some(job) = active.get_mut(&id) {
                     job.reason = Some(why.to_string());
                 }
+                waiting.insert(id, why);
             }
         }
         if cascade || !launches.is_empty() {
@@ -389,16 +403,19 @@ impl Daemon {
         self.wake();
     }
 
-    /// Picks up the jobs the store says are running after a restart.
-    async fn recover(self: &Arc<Self>) {
-        let running: Vec<JobRecord> = self
-            .lock()
+    /// Copies of the running jobs.
+    fn running(&self) -> Vec<JobRecord> {
+        self.lock()
             .active
             .values()
             .filter(|j| j.state == JobState::Running)
             .cloned()
-            .collect();
-        for job in running {
+            .collect()
+    }
+
+    /// Picks up the jobs the store says are running after a restart.
+    async fn recover(self: &Arc<Self>) {
+        for job in self.running() {
             let files = self.files(job.id);
             match self.executor.recover(&files, job.attempt).await {
                 Recovery::Ended(exit) => {

@@ -5,10 +5,14 @@
 //! - `launch.json`: written by the daemon; the supervisor claims it by renaming it to
 //!   `claimed.json`. A launch is run by whoever renames it first, so a recovering daemon can take
 //!   back a launch that never started (rename it away) without any chance of a double start.
-//! - `lock`: flock-ed by the supervisor for its whole life; a free lock means no supervisor.
-//! - `supervisor.json`: its pid and the job's process group, for cancel and recovery.
-//! - `exit.json`: how the attempt ended, written atomically before the supervisor exits.
+//! - `supervisor`: flock-ed by the supervisor for its whole life (a free lock means no supervisor)
+//!   and its append-only record, one JSON line per event: claimed (its pid), spawned (the job's
+//!   process group) and exited (how the attempt ended). Readers ignore a line until its newline
+//!   is written, so a record is never seen half-written.
 //! - `stdout`, `stderr`: the job's output, appended across attempts.
+//!
+//! Few files, written in place: creating and deleting files is a large part of what a job costs
+//! the machine when jobs are short.
 
 pub mod supervisor;
 
@@ -75,8 +79,17 @@ pub struct ExitRecord {
     pub ended_at: i64,
 }
 
-/// Written by the supervisor once it has claimed a launch.
+/// One line of the supervisor's record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum SupervisorEvent {
+    Claimed { attempt: u32, pid: i32 },
+    Spawned { attempt: u32, pgid: i32 },
+    Exited(ExitRecord),
+}
+
+/// What the record says about one attempt's supervisor.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SupervisorRecord {
     pub attempt: u32,
     pub pid: i32,
@@ -103,14 +116,8 @@ impl JobFiles {
     pub fn revoked(&self) -> PathBuf {
         self.dir.join("launch.revoked")
     }
-    pub fn lock(&self) -> PathBuf {
-        self.dir.join("lock")
-    }
     pub fn supervisor(&self) -> PathBuf {
-        self.dir.join("supervisor.json")
-    }
-    pub fn exit(&self) -> PathBuf {
-        self.dir.join("exit.json")
+        self.dir.join("supervisor")
     }
     pub fn stdout(&self) -> PathBuf {
         self.dir.join("stdout")
@@ -119,14 +126,50 @@ impl JobFiles {
         self.dir.join("stderr")
     }
 
+    /// The complete lines of the supervisor's record (a line still being written is skipped).
+    pub fn events(&self) -> Vec<SupervisorEvent> {
+        let Ok(text) = fs::read(self.supervisor()) else {
+            return Vec::new();
+        };
+        let complete = text
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(&text[..0], |end| &text[..end]);
+        complete
+            .split(|&b| b == b'\n')
+            .filter_map(|line| serde_json::from_slice(line).ok())
+            .collect()
+    }
+
     /// The exit record of `attempt`, if that attempt has ended.
     pub fn exit_of(&self, attempt: u32) -> Option<ExitRecord> {
-        read_json::<ExitRecord>(&self.exit()).filter(|e| e.attempt == attempt)
+        self.events().into_iter().find_map(|e| match e {
+            SupervisorEvent::Exited(exit) if exit.attempt == attempt => Some(exit),
+            _ => None,
+        })
     }
 
     /// The supervisor record of `attempt`, if its supervisor has claimed the launch.
     pub fn supervisor_of(&self, attempt: u32) -> Option<SupervisorRecord> {
-        read_json::<SupervisorRecord>(&self.supervisor()).filter(|s| s.attempt == attempt)
+        let mut record = None;
+        for event in self.events() {
+            match event {
+                SupervisorEvent::Claimed { attempt: a, pid } if a == attempt => {
+                    record = Some(SupervisorRecord {
+                        attempt,
+                        pid,
+                        pgid: None,
+                    });
+                }
+                SupervisorEvent::Spawned { attempt: a, pgid } if a == attempt => {
+                    if let Some(r) = record.as_mut() {
+                        r.pgid = Some(pgid);
+                    }
+                }
+                _ => {}
+            }
+        }
+        record
     }
 }
 
@@ -135,15 +178,13 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
     serde_json::from_slice(&text).ok()
 }
 
-/// Writes a file so that readers see either the old content or all of the new.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = fs::File::create(&tmp)?;
-        io::Write::write_all(&mut f, bytes)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)
+/// Appends one event as one line with one write. No fsync: the record must survive the crash of
+/// a process, which the page cache guarantees; after an OS crash the processes it describes are
+/// gone too.
+pub fn append_event(file: &fs::File, event: &SupervisorEvent) -> io::Result<()> {
+    let mut line = serde_json::to_vec(event).expect("plain data");
+    line.push(b'\n');
+    io::Write::write_all(&mut &*file, &line)
 }
 
 /// Waits for a supervisor to exit: our own child, or one found alive after a daemon restart.
@@ -194,29 +235,19 @@ impl LocalExecutor {
     /// runtime (the child is reaped by it).
     pub fn launch(&self, files: &JobFiles, launch: &Launch) -> Result<Watch, ExecutorError> {
         fs::create_dir_all(&files.dir).map_err(io_err(&files.dir))?;
-        for stale in [
-            files.exit(),
-            files.supervisor(),
-            files.claimed(),
-            files.revoked(),
-        ] {
-            let _ = fs::remove_file(stale);
-        }
+        // Written whole before the supervisor that reads it exists, so no temporary file needed.
         let body = serde_json::to_vec(launch).expect("plain data");
         let path = files.launch();
-        write_atomic(&path, &body).map_err(io_err(&path))?;
+        fs::write(&path, &body).map_err(io_err(&path))?;
         let mut cmd = tokio::process::Command::new(&self.exe);
         cmd.arg("supervise")
             .arg(&files.dir)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
+            // No pre_exec: the (multi-threaded) daemon then starts it with posix_spawn rather
+            // than a full fork. The supervisor moves itself into a new session first thing.
             .kill_on_drop(false);
-        // SAFETY: setsid is async-signal-safe. A new session detaches the supervisor from the
-        // daemon's terminal and process group, so it survives the daemon.
-        unsafe {
-            cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(Into::into));
-        }
         let child = cmd.spawn().map_err(ExecutorError::Spawn)?;
         Ok(Watch::Child(child))
     }
@@ -277,7 +308,7 @@ impl LocalExecutor {
 
 /// Whether some process holds the job's supervisor lock.
 fn supervisor_alive(files: &JobFiles) -> bool {
-    let Ok(file) = fs::OpenOptions::new().read(true).open(files.lock()) else {
+    let Ok(file) = fs::OpenOptions::new().read(true).open(files.supervisor()) else {
         return false;
     };
     use rustix::fs::{FlockOperation, flock};

@@ -14,28 +14,30 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
 
 use super::{
-    ExitRecord, JobFiles, Launch, RunAs, SupervisorRecord, kill_group, read_json, write_atomic,
+    ExitRecord, JobFiles, Launch, RunAs, SupervisorEvent, append_event, kill_group, read_json,
 };
 
 pub fn run(dir: &Path) -> ExitCode {
+    // A session of its own: no terminal, no hang-up or Ctrl-C meant for the daemon reaches it,
+    // and it outlives the daemon. (The daemon cannot do this for us without forking itself.)
+    let _ = rustix::process::setsid();
     let files = JobFiles::new(dir.to_path_buf());
-    let lock = match OpenOptions::new()
+    let record = match OpenOptions::new()
         .create(true)
-        .truncate(false)
-        .write(true)
-        .open(files.lock())
+        .append(true)
+        .open(files.supervisor())
     {
         Ok(f) => f,
         Err(e) => {
             eprintln!(
                 "baton supervise: cannot open {}: {e}",
-                files.lock().display()
+                files.supervisor().display()
             );
             return ExitCode::FAILURE;
         }
     };
     // Held until this process exits (the descriptor is close-on-exec, so the job never holds it).
-    if flock(&lock, FlockOperation::LockExclusive).is_err() {
+    if flock(&record, FlockOperation::LockExclusive).is_err() {
         return ExitCode::FAILURE;
     }
     if fs::rename(files.launch(), files.claimed()).is_err() {
@@ -59,17 +61,16 @@ pub fn run(dir: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let exit = runtime.block_on(run_attempt(&files, &launch));
-    let body = serde_json::to_vec(&exit).expect("plain data");
-    if let Err(e) = write_atomic(&files.exit(), &body) {
+    let exit = runtime.block_on(run_attempt(&files, &launch, &record));
+    if let Err(e) = append_event(&record, &SupervisorEvent::Exited(exit)) {
         eprintln!("baton supervise: cannot record the exit: {e}");
         return ExitCode::FAILURE;
     }
-    drop(lock);
+    drop(record);
     ExitCode::SUCCESS
 }
 
-async fn run_attempt(files: &JobFiles, launch: &Launch) -> ExitRecord {
+async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> ExitRecord {
     let mut exit = ExitRecord {
         attempt: launch.attempt,
         exit_code: None,
@@ -92,14 +93,12 @@ async fn run_attempt(files: &JobFiles, launch: &Launch) -> ExitRecord {
         exit.error = Some("cannot install signal handlers".into());
         return finish(exit);
     };
-    let mut record = SupervisorRecord {
-        attempt: launch.attempt,
-        pid: std::process::id() as i32,
-        pgid: None,
-    };
-    let _ = write_atomic(
-        &files.supervisor(),
-        &serde_json::to_vec(&record).expect("plain data"),
+    let _ = append_event(
+        record,
+        &SupervisorEvent::Claimed {
+            attempt: launch.attempt,
+            pid: std::process::id() as i32,
+        },
     );
     let child = match spawn(files, launch) {
         Ok(child) => child,
@@ -115,10 +114,12 @@ async fn run_attempt(files: &JobFiles, launch: &Launch) -> ExitRecord {
     };
     let mut child = child;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    record.pgid = Some(pgid);
-    let _ = write_atomic(
-        &files.supervisor(),
-        &serde_json::to_vec(&record).expect("plain data"),
+    let _ = append_event(
+        record,
+        &SupervisorEvent::Spawned {
+            attempt: launch.attempt,
+            pgid,
+        },
     );
     let grace = Duration::from_millis(launch.grace_ms.max(0) as u64);
     let far = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
@@ -198,15 +199,11 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
     if let Some(run_as) = launch.run_as.clone() {
         drop_privileges(&mut cmd, run_as);
     }
-    // The daemon's umask (077) protects its own files; the job gets its submitter's.
-    let mask = rustix::fs::Mode::from_raw_mode(launch.umask.unwrap_or(0o022));
-    // SAFETY: umask is async-signal-safe and cannot fail.
-    unsafe {
-        cmd.pre_exec(move || {
-            rustix::process::umask(mask);
-            Ok(())
-        });
-    }
+    // The daemon's umask (077) protects its own files; the job gets its submitter's. Set here
+    // rather than in the child, so that the job can be started with posix_spawn.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(
+        launch.umask.unwrap_or(0o022),
+    ));
     cmd.spawn().map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             std::io::Error::new(e.kind(), format!("command not found: {program}"))

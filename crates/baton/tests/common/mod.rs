@@ -390,6 +390,19 @@ pub fn wait_path(path: &Path) {
     }
 }
 
+/// Waits (bounded) until the file at `path` contains `needle`.
+pub fn wait_contains(path: &Path, needle: &str) {
+    let until = Instant::now() + DEADLINE;
+    while !std::fs::read_to_string(path).is_ok_and(|t| t.contains(needle)) {
+        assert!(
+            Instant::now() < until,
+            "{} did not come to contain {needle:?} within {DEADLINE:?}",
+            path.display()
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
 /// How many client connections the Unix socket at `path` has accepted and still holds open (from
 /// /proc/net/unix: the server's ends of accepted connections carry the socket's path).
 pub fn connections_to(path: &Path) -> usize {

@@ -4,20 +4,13 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use baton_core::JobState;
 
 use crate::api::{GpuProcess, GpuView, GpusResponse};
 use crate::daemon::Daemon;
 
 pub async fn handle(State(daemon): State<Arc<Daemon>>) -> Json<GpusResponse> {
     let samples = daemon.probe.sample();
-    let running: Vec<_> = daemon
-        .lock()
-        .active
-        .values()
-        .filter(|j| j.state == JobState::Running)
-        .cloned()
-        .collect();
+    let running = daemon.running();
     let gpus = daemon
         .gpu_info
         .iter()
