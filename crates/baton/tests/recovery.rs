@@ -182,3 +182,26 @@ fn submit_starts_a_daemon_when_none_runs() {
     b.wait_ok(&[out.stdout.trim().parse().unwrap()]);
     // Dropping `b` kills the daemon it started (found through its BATON_HOME).
 }
+
+/// The spawner that forks supervisors can die (OOM killer, a stray `kill`): jobs still start, and
+/// the daemon starts a new spawner.
+#[test]
+fn jobs_still_start_after_the_spawner_is_killed() {
+    let b = Baton::start(2);
+    let first = b.submit(&["--gpus", "1", "--", "true"]);
+    b.wait_ok(&[first]);
+    let spawners: Vec<i32> = processes_of(&b.home)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == b"spawner"))
+        })
+        .collect();
+    assert_eq!(spawners.len(), 1, "one spawner serves the daemon");
+    let pid = rustix::process::Pid::from_raw(spawners[0]).expect("a positive pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill the spawner");
+    let ids: Vec<u64> = (0..3)
+        .map(|_| b.submit(&["--gpus", "1", "--", "true"]))
+        .collect();
+    b.wait_ok(&ids);
+}

@@ -58,6 +58,9 @@ pub enum Command {
     /// Internal: the per-job supervisor the daemon starts.
     #[command(hide = true)]
     Supervise { dir: std::path::PathBuf },
+    /// Internal: forks supervisors for the daemon (its stdin is the daemon's socket).
+    #[command(hide = true)]
+    Spawner,
 }
 
 /// The exit code a command asks for without that being an error (DESIGN §3).
@@ -75,6 +78,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
     match cli.command {
         Command::Supervise { dir } => Ok(crate::executor::supervisor::run(&dir)),
+        Command::Spawner => Ok(ExitCode::from(crate::executor::spawner::serve() as u8)),
         Command::Serve(args) => serve::run(args),
         Command::Completions { shell } => {
             completions::run(shell);

@@ -14,6 +14,7 @@
 //! Few files, written in place: creating and deleting files is a large part of what a job costs
 //! the machine when jobs are short.
 
+pub mod spawner;
 pub mod supervisor;
 
 use std::fs;
@@ -224,21 +225,29 @@ pub enum Recovery {
 pub struct LocalExecutor {
     /// The baton binary, re-executed as the supervisor.
     exe: PathBuf,
+    spawner: spawner::Spawner,
 }
 
 impl LocalExecutor {
     pub fn new(exe: PathBuf) -> Self {
-        LocalExecutor { exe }
+        LocalExecutor {
+            spawner: spawner::Spawner::new(exe.clone()),
+            exe,
+        }
     }
 
-    /// Writes the launch description and starts the supervisor. Must be called from a tokio
-    /// runtime (the child is reaped by it).
+    /// Writes the launch description and starts the supervisor: forked by the spawner, or, if
+    /// that fails, executed directly. Must be called from a tokio runtime.
     pub fn launch(&self, files: &JobFiles, launch: &Launch) -> Result<Watch, ExecutorError> {
         fs::create_dir_all(&files.dir).map_err(io_err(&files.dir))?;
         // Written whole before the supervisor that reads it exists, so no temporary file needed.
         let body = serde_json::to_vec(launch).expect("plain data");
         let path = files.launch();
         fs::write(&path, &body).map_err(io_err(&path))?;
+        match self.spawner.spawn(&files.dir).and_then(watch_pidfd) {
+            Ok(watch) => return Ok(watch),
+            Err(e) => tracing::warn!("supervisor spawner failed ({e}); executing one directly"),
+        }
         let mut cmd = tokio::process::Command::new(&self.exe);
         cmd.arg("supervise")
             .arg(&files.dir)
@@ -325,10 +334,14 @@ fn kill_group_of(files: &JobFiles, attempt: u32) {
 fn pidfd(pid: i32) -> Option<Watch> {
     let pid = rustix::process::Pid::from_raw(pid)?;
     let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()?;
+    watch_pidfd(fd).ok()
+}
+
+fn watch_pidfd(fd: OwnedFd) -> io::Result<Watch> {
     // SAFETY: an OwnedFd stays open and keeps its number until the AsyncFd drops it.
     unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
-        .ok()
         .map(Watch::Pidfd)
+        .map_err(|e| e.into_parts().1)
 }
 
 pub fn signal(pid: i32, sig: rustix::process::Signal) -> bool {

@@ -18,6 +18,12 @@ use super::{
 };
 
 pub fn run(dir: &Path) -> ExitCode {
+    ExitCode::from(run_in(dir) as u8)
+}
+
+/// The supervisor's work, as an exit status: 0 once the attempt's end is recorded (or when the
+/// launch was not ours to run), 1 if it could not be.
+pub fn run_in(dir: &Path) -> i32 {
     // A session of its own: no terminal, no hang-up or Ctrl-C meant for the daemon reaches it,
     // and it outlives the daemon. (The daemon cannot do this for us without forking itself.)
     let _ = rustix::process::setsid();
@@ -33,23 +39,23 @@ pub fn run(dir: &Path) -> ExitCode {
                 "baton supervise: cannot open {}: {e}",
                 files.supervisor().display()
             );
-            return ExitCode::FAILURE;
+            return 1;
         }
     };
     // Held until this process exits (the descriptor is close-on-exec, so the job never holds it).
     if flock(&record, FlockOperation::LockExclusive).is_err() {
-        return ExitCode::FAILURE;
+        return 1;
     }
     if fs::rename(files.launch(), files.claimed()).is_err() {
         // Revoked by a recovering daemon, or already run: either way not ours to run.
-        return ExitCode::SUCCESS;
+        return 0;
     }
     let Some(launch) = read_json::<Launch>(&files.claimed()) else {
         eprintln!(
             "baton supervise: unreadable launch description in {}",
             dir.display()
         );
-        return ExitCode::FAILURE;
+        return 1;
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -58,16 +64,16 @@ pub fn run(dir: &Path) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("baton supervise: {e}");
-            return ExitCode::FAILURE;
+            return 1;
         }
     };
     let exit = runtime.block_on(run_attempt(&files, &launch, &record));
     if let Err(e) = append_event(&record, &SupervisorEvent::Exited(exit)) {
         eprintln!("baton supervise: cannot record the exit: {e}");
-        return ExitCode::FAILURE;
+        return 1;
     }
     drop(record);
-    ExitCode::SUCCESS
+    0
 }
 
 async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> ExitRecord {
