@@ -158,53 +158,15 @@ impl Daemon {
         let mut cascade = false;
         {
             let mut inner = self.lock();
-            let mut running = Vec::new();
-            let mut pending = Vec::new();
-            let mut deps = Vec::new();
-            for job in inner.active.values() {
-                match job.state {
-                    JobState::Running => running.push(RunningJob {
-                        id: job.id,
-                        gpus: job.gpus.clone(),
-                        request: job.request,
-                        ends_by: job
-                            .time_limit
-                            .zip(job.started_at)
-                            .map(|(limit, start)| start + limit),
-                    }),
-                    JobState::Queued => {
-                        deps.extend(job.deps.iter().map(|d| d.job));
-                        pending.push(PendingJob {
-                            id: job.id,
-                            priority: job.priority,
-                            submitted_at: job.submitted_at,
-                            request: job.request,
-                            time_limit: job.time_limit,
-                            deps: job.deps.clone(),
-                        });
-                    }
-                    _ => {}
-                }
-            }
-            if pending.is_empty() {
-                return;
-            }
-            let mut states: HashMap<JobId, JobState> = HashMap::new();
-            let mut missing = Vec::new();
-            for id in deps {
-                match inner.active.get(&id) {
-                    Some(job) => {
-                        states.insert(id, job.state);
-                    }
-                    None => missing.push(id),
-                }
-            }
-            match inner.store.states(&missing) {
-                Ok(found) => states.extend(found),
+            let (running, pending, states) = match scheduling_input(&inner) {
+                Ok(input) => input,
                 Err(e) => {
                     tracing::error!("scheduling pass skipped: {e}");
                     return;
                 }
+            };
+            if pending.is_empty() {
+                return;
             }
             let plan = baton_core::plan(&self.gpus, &running, &pending, &states, now);
 
@@ -456,6 +418,51 @@ impl Daemon {
             None => inner.store.get(id),
         }
     }
+}
+
+type SchedulingInput = (Vec<RunningJob>, Vec<PendingJob>, HashMap<JobId, JobState>);
+
+/// What the pure scheduler needs: running and queued jobs, and the state of every dependency.
+fn scheduling_input(inner: &Inner) -> Result<SchedulingInput, StoreError> {
+    let mut running = Vec::new();
+    let mut pending = Vec::new();
+    let mut states: HashMap<JobId, JobState> = HashMap::new();
+    let mut missing = Vec::new();
+    for job in inner.active.values() {
+        match job.state {
+            JobState::Running => running.push(RunningJob {
+                id: job.id,
+                gpus: job.gpus.clone(),
+                request: job.request,
+                ends_by: job
+                    .time_limit
+                    .zip(job.started_at)
+                    .map(|(limit, start)| start + limit),
+            }),
+            JobState::Queued => {
+                for dep in &job.deps {
+                    match inner.active.get(&dep.job) {
+                        Some(d) => {
+                            states.insert(dep.job, d.state);
+                        }
+                        None => missing.push(dep.job),
+                    }
+                }
+                pending.push(PendingJob {
+                    id: job.id,
+                    priority: job.priority,
+                    submitted_at: job.submitted_at,
+                    request: job.request,
+                    time_limit: job.time_limit,
+                    deps: job.deps.clone(),
+                });
+            }
+            _ => {}
+        }
+    }
+    // Dependencies that already ended are no longer active: ask the store.
+    states.extend(inner.store.states(&missing)?);
+    Ok((running, pending, states))
 }
 
 /// The state and reason for an attempt that ended with `exit` (None: the supervisor vanished).
