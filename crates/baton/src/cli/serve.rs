@@ -43,6 +43,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person watching; daemon.log and journald get plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let is_root = rustix::process::geteuid().is_root();
     if args.system && !is_root {
