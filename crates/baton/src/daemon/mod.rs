@@ -10,6 +10,7 @@ mod views;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -20,7 +21,9 @@ use tokio::sync::{Notify, watch};
 pub use auth::Peer;
 pub use error::ApiError;
 
-use crate::executor::{ExitRecord, JobFiles, Launch, LocalExecutor, Recovery, RunAs, Watch};
+use crate::executor::{
+    ExitRecord, JobFiles, Launch, LocalExecutor, Recovery, RunAs, Watch, stop_supervisor,
+};
 use crate::gpu::{GpuInfo, GpuProbe};
 use crate::store::{Ending, JobRecord, Store, StoreError};
 use crate::users;
@@ -60,6 +63,8 @@ struct Inner {
     active: BTreeMap<JobId, JobRecord>,
     /// Why each queued job waited in the last pass; its text is rebuilt only when it changes.
     waiting: HashMap<JobId, WaitReason>,
+    /// A pidfd for the supervisor of each running job, to deliver cancels.
+    supervisors: HashMap<JobId, OwnedFd>,
 }
 
 pub fn now_ms() -> Millis {
@@ -91,6 +96,7 @@ impl Daemon {
                 store,
                 active,
                 waiting: HashMap::new(),
+                supervisors: HashMap::new(),
             }),
             wake: Notify::new(),
             changed: watch::Sender::new(0),
@@ -142,7 +148,11 @@ impl Daemon {
     async fn scheduler_loop(self: Arc<Self>) {
         loop {
             self.wake.notified().await;
-            self.schedule();
+            // A bug in one pass must not stop every later one.
+            let pass = std::panic::AssertUnwindSafe(|| self.schedule());
+            if std::panic::catch_unwind(pass).is_err() {
+                tracing::error!("a scheduling pass panicked; the next event starts a new one");
+            }
         }
     }
 
@@ -229,8 +239,15 @@ impl Daemon {
             // A job failed for its dependency may itself be a dependency.
             self.wake();
         }
-        for job in launches {
-            self.launch(job);
+        if !launches.is_empty() {
+            // Launching touches files, the spawner's socket and (in system mode) the user
+            // database: off the async workers, so that requests keep being answered meanwhile.
+            let me = self.clone();
+            tokio::task::spawn_blocking(move || {
+                for job in launches {
+                    me.launch(job);
+                }
+            });
         }
     }
 
@@ -242,19 +259,18 @@ impl Daemon {
                 .map_err(|e| e.to_string())
         });
         match result {
-            Ok(watch) => self.watch(job.id, job.attempt, watch),
+            Ok((watch, signal)) => self.watch(job.id, job.attempt, watch, signal),
             Err(e) => {
                 tracing::error!(job = job.id.0, "cannot start: {e}");
-                self.finish(
-                    job.id,
-                    Ending {
-                        state: JobState::Failed,
-                        exit_code: None,
-                        signal: None,
-                        reason: Some(format!("could not start: {e}")),
-                        at: now_ms(),
-                    },
-                );
+                let ending = Ending {
+                    state: JobState::Failed,
+                    exit_code: None,
+                    signal: None,
+                    reason: Some(format!("could not start: {e}")),
+                    at: now_ms(),
+                };
+                let mut inner = self.lock();
+                self.finish(&mut inner, job.id, ending);
             }
         }
     }
@@ -297,7 +313,20 @@ impl Daemon {
         })
     }
 
-    fn watch(self: &Arc<Self>, id: JobId, attempt: u32, watch: Watch) {
+    /// Follows a supervisor until it exits. `signal` (its pidfd) is how cancel reaches it; a
+    /// cancel that came while it was being started is delivered now.
+    fn watch(self: &Arc<Self>, id: JobId, attempt: u32, watch: Watch, signal: Option<OwnedFd>) {
+        if let Some(fd) = signal {
+            let mut inner = self.lock();
+            let cancelled = inner
+                .active
+                .get(&id)
+                .is_some_and(|j| j.attempt == attempt && j.cancel_requested_by.is_some());
+            if cancelled {
+                stop_supervisor(&fd);
+            }
+            inner.supervisors.insert(id, fd);
+        }
         let me = self.clone();
         tokio::spawn(async move {
             watch.exited().await;
@@ -306,19 +335,17 @@ impl Daemon {
         });
     }
 
-    /// Records the end of an attempt: final state, or back to the queue for a retry.
+    /// Records the end of an attempt: final state, or back to the queue for a retry. One lock
+    /// from the look at the job to the record of its fate, so a cancel cannot slip in between.
     fn attempt_ended(&self, id: JobId, attempt: u32, exit: Option<ExitRecord>) {
-        let job = {
-            let inner = self.lock();
-            match inner.active.get(&id) {
-                Some(job) if job.state == JobState::Running && job.attempt == attempt => {
-                    job.clone()
-                }
-                // Already recorded (a recovery and a watch can both see one exit).
-                _ => return,
-            }
-        };
         let now = now_ms();
+        let mut inner = self.lock();
+        let job = match inner.active.get(&id) {
+            Some(job) if job.state == JobState::Running && job.attempt == attempt => job.clone(),
+            // Already recorded (a recovery and a watch can both see one exit).
+            _ => return,
+        };
+        inner.supervisors.remove(&id);
         let ending = ending_for(&job, exit.as_ref(), now);
         if ending.state == JobState::Failed && job.attempt <= job.retries {
             let left = job.retries + 1 - job.attempt;
@@ -329,10 +356,10 @@ impl Daemon {
                 left,
                 if left == 1 { "retry" } else { "retries" }
             );
-            let mut inner = self.lock();
             if let Err(e) = inner.store.requeue(id, true, &reason, now) {
+                // The supervisor's record still says how the attempt ended; a restarted
+                // daemon reads it again. Until then the live state moves on regardless.
                 tracing::error!(job = id.0, "cannot record retry: {e}");
-                return;
             }
             if let Some(j) = inner.active.get_mut(&id) {
                 j.state = JobState::Queued;
@@ -341,25 +368,25 @@ impl Daemon {
                 j.reason = Some(reason);
                 j.exit_code = ending.exit_code;
                 j.signal = ending.signal;
+                j.cancel_requested_by = None;
             }
             drop(inner);
             self.notify_changed();
             self.wake();
             return;
         }
-        self.finish(id, ending);
+        self.finish(&mut inner, id, ending);
     }
 
-    /// Records a terminal state and frees the job's GPUs.
-    fn finish(&self, id: JobId, ending: Ending) {
-        {
-            let mut inner = self.lock();
-            if let Err(e) = inner.store.mark_ended(id, &ending) {
-                tracing::error!(job = id.0, "cannot record the end of the job: {e}");
-                return;
-            }
-            inner.active.remove(&id);
+    /// Records a terminal state and frees the job's GPUs. Called with the lock held.
+    fn finish(&self, inner: &mut Inner, id: JobId, ending: Ending) {
+        if let Err(e) = inner.store.mark_ended(id, &ending) {
+            // Degrade rather than wedge: the GPUs are freed now, and the supervisor's record
+            // lets a restarted daemon record the end properly.
+            tracing::error!(job = id.0, "cannot record the end of the job: {e}");
         }
+        inner.active.remove(&id);
+        inner.supervisors.remove(&id);
         tracing::info!(job = id.0, state = %ending.state, reason = ending.reason.as_deref().unwrap_or(""), "job ended");
         self.notify_changed();
         self.wake();
@@ -384,9 +411,9 @@ impl Daemon {
                     tracing::info!(job = job.id.0, "ended while the daemon was away");
                     self.attempt_ended(job.id, job.attempt, Some(exit));
                 }
-                Recovery::Running(watch) => {
+                Recovery::Running(watch, signal) => {
                     tracing::info!(job = job.id.0, "still running; watching it again");
-                    self.watch(job.id, job.attempt, watch);
+                    self.watch(job.id, job.attempt, watch, Some(signal));
                 }
                 Recovery::NeverStarted => {
                     tracing::info!(job = job.id.0, "launch never started; back to the queue");
@@ -485,7 +512,8 @@ fn ending_for(job: &JobRecord, exit: Option<&ExitRecord>, now: Millis) -> Ending
             at: now,
         };
     };
-    let (state, reason) = if let Some(by) = &job.cancel_requested_by {
+    let cancelled_by = job.cancel_requested_by.as_ref().filter(|_| exit.cancelled);
+    let (state, reason) = if let Some(by) = cancelled_by {
         (JobState::Cancelled, format!("cancelled by {by}"))
     } else if exit.timed_out {
         let limit = job

@@ -84,8 +84,18 @@ pub struct ExitRecord {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum SupervisorEvent {
-    Claimed { attempt: u32, pid: i32 },
-    Spawned { attempt: u32, pgid: i32 },
+    Claimed {
+        attempt: u32,
+        pid: i32,
+    },
+    Spawned {
+        attempt: u32,
+        pgid: i32,
+        /// The job's start time in clock ticks since boot (`/proc/PID/stat`), so that a
+        /// recovering daemon never kills a process group that reused the number.
+        #[serde(default)]
+        started: Option<u64>,
+    },
     Exited(ExitRecord),
 }
 
@@ -96,6 +106,8 @@ pub struct SupervisorRecord {
     pub pid: i32,
     /// The job's process group (its main process's pid), once started.
     pub pgid: Option<i32>,
+    /// The start time of that group's leader, to recognise it later.
+    pub started: Option<u64>,
 }
 
 /// The files of one job.
@@ -160,11 +172,17 @@ impl JobFiles {
                         attempt,
                         pid,
                         pgid: None,
+                        started: None,
                     });
                 }
-                SupervisorEvent::Spawned { attempt: a, pgid } if a == attempt => {
+                SupervisorEvent::Spawned {
+                    attempt: a,
+                    pgid,
+                    started,
+                } if a == attempt => {
                     if let Some(r) = record.as_mut() {
                         r.pgid = Some(pgid);
+                        r.started = started;
                     }
                 }
                 _ => {}
@@ -214,8 +232,8 @@ pub enum Recovery {
     Ended(ExitRecord),
     /// The launch was never claimed; it has now been revoked, so it can never start.
     NeverStarted,
-    /// The supervisor is alive; this resolves when it exits.
-    Running(Watch),
+    /// The supervisor is alive; the watch resolves when it exits, the pidfd signals it.
+    Running(Watch, OwnedFd),
     /// The supervisor died without recording an exit (killed by hand, machine trouble). Its job's
     /// process group, if known, has been killed.
     Lost,
@@ -238,14 +256,22 @@ impl LocalExecutor {
 
     /// Writes the launch description and starts the supervisor: forked by the spawner, or, if
     /// that fails, executed directly. Must be called from a tokio runtime.
-    pub fn launch(&self, files: &JobFiles, launch: &Launch) -> Result<Watch, ExecutorError> {
+    pub fn launch(
+        &self,
+        files: &JobFiles,
+        launch: &Launch,
+    ) -> Result<(Watch, Option<OwnedFd>), ExecutorError> {
         fs::create_dir_all(&files.dir).map_err(io_err(&files.dir))?;
         // Written whole before the supervisor that reads it exists, so no temporary file needed.
         let body = serde_json::to_vec(launch).expect("plain data");
         let path = files.launch();
         fs::write(&path, &body).map_err(io_err(&path))?;
-        match self.spawner.spawn(&files.dir).and_then(watch_pidfd) {
-            Ok(watch) => return Ok(watch),
+        let forked = self.spawner.spawn(&files.dir).and_then(|fd| {
+            let signal = fd.try_clone()?;
+            Ok((watch_pidfd(fd)?, Some(signal)))
+        });
+        match forked {
+            Ok(launched) => return Ok(launched),
             Err(e) => tracing::warn!("supervisor spawner failed ({e}); executing one directly"),
         }
         let mut cmd = tokio::process::Command::new(&self.exe);
@@ -258,23 +284,9 @@ impl LocalExecutor {
             // than a full fork. The supervisor moves itself into a new session first thing.
             .kill_on_drop(false);
         let child = cmd.spawn().map_err(ExecutorError::Spawn)?;
-        Ok(Watch::Child(child))
-    }
-
-    /// Asks the supervisor of `attempt` to stop the job (SIGTERM, then SIGKILL after its grace).
-    /// Returns false if there is no live supervisor to ask.
-    pub async fn cancel(&self, files: &JobFiles, attempt: u32) -> bool {
-        // A just-started supervisor may not have written its record yet.
-        for _ in 0..100 {
-            if let Some(rec) = files.supervisor_of(attempt) {
-                return signal(rec.pid, rustix::process::Signal::TERM);
-            }
-            if files.exit_of(attempt).is_some() {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        false
+        // Not reaped before `Watch::Child` waits for it, so the pid cannot be reused first.
+        let signal = child.id().and_then(|pid| pidfd_of(pid as i32));
+        Ok((Watch::Child(child), signal))
     }
 
     /// Decides what became of `attempt` while no daemon was watching.
@@ -285,34 +297,45 @@ impl LocalExecutor {
         if fs::rename(files.launch(), files.revoked()).is_ok() {
             return Recovery::NeverStarted;
         }
-        if !supervisor_alive(files) {
-            return match files.exit_of(attempt) {
-                Some(exit) => Recovery::Ended(exit),
-                None => {
-                    kill_group_of(files, attempt);
-                    Recovery::Lost
+        loop {
+            let alive = supervisor_alive(files);
+            // Read after the liveness check: a supervisor that exits in between has already
+            // written everything it ever will.
+            if let Some(exit) = files.exit_of(attempt) {
+                return Recovery::Ended(exit);
+            }
+            let record = files.supervisor_of(attempt);
+            match (alive, record) {
+                (true, Some(rec)) => {
+                    if let Some(running) = pidfd_of(rec.pid).and_then(|fd| {
+                        let signal = fd.try_clone().ok()?;
+                        Some(Recovery::Running(watch_pidfd(fd).ok()?, signal))
+                    }) {
+                        return running;
+                    }
+                    // It exited between the check and pidfd_open: look again.
                 }
-            };
-        }
-        // Alive: it holds the lock, and writes its record right after taking it.
-        for _ in 0..200 {
-            if let Some(rec) = files.supervisor_of(attempt) {
-                match pidfd(rec.pid) {
-                    Some(watch) => return Recovery::Running(watch),
-                    None => break,
+                // It holds the lock but has not recorded its claim yet: that takes
+                // milliseconds, and it must be waited for, since it may still start the job.
+                (true, None) => {}
+                // No supervisor, and none ever recorded a claim of this attempt: the job was
+                // never spawned (the daemon died during the launch, or the supervisor right
+                // after taking it), so it can safely go back to the queue.
+                (false, None) => return Recovery::NeverStarted,
+                (false, Some(_)) => {
+                    kill_group_of(files, attempt);
+                    return Recovery::Lost;
                 }
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        // It exited in the meantime (or never wrote a record): look once more.
-        match files.exit_of(attempt) {
-            Some(exit) => Recovery::Ended(exit),
-            None => {
-                kill_group_of(files, attempt);
-                Recovery::Lost
-            }
-        }
     }
+}
+
+/// Asks a supervisor, through its pidfd, to stop its job (SIGTERM to the job's group, SIGKILL
+/// after the grace period). A pidfd cannot reach another process that reused the pid.
+pub fn stop_supervisor(pidfd: &OwnedFd) -> bool {
+    rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::TERM).is_ok()
 }
 
 /// Whether some process holds the job's supervisor lock.
@@ -325,16 +348,30 @@ fn supervisor_alive(files: &JobFiles) -> bool {
     flock(&file, FlockOperation::NonBlockingLockExclusive).is_err()
 }
 
+/// Kills what is left of a lost attempt's job, if its group leader is provably still the same
+/// process (a group whose leader has gone is left alone rather than risk a stranger's).
 fn kill_group_of(files: &JobFiles, attempt: u32) {
-    if let Some(pgid) = files.supervisor_of(attempt).and_then(|r| r.pgid) {
+    let Some(rec) = files.supervisor_of(attempt) else {
+        return;
+    };
+    if let (Some(pgid), Some(started)) = (rec.pgid, rec.started)
+        && process_start_time(pgid) == Some(started)
+    {
         kill_group(pgid, rustix::process::Signal::KILL);
     }
 }
 
-fn pidfd(pid: i32) -> Option<Watch> {
+/// A process's start time in clock ticks since boot: field 22 of `/proc/PID/stat`.
+pub fn process_start_time(pid: i32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: skip past its last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn pidfd_of(pid: i32) -> Option<OwnedFd> {
     let pid = rustix::process::Pid::from_raw(pid)?;
-    let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()?;
-    watch_pidfd(fd).ok()
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
 }
 
 fn watch_pidfd(fd: OwnedFd) -> io::Result<Watch> {
@@ -342,13 +379,6 @@ fn watch_pidfd(fd: OwnedFd) -> io::Result<Watch> {
     unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
         .map(Watch::Pidfd)
         .map_err(|e| e.into_parts().1)
-}
-
-pub fn signal(pid: i32, sig: rustix::process::Signal) -> bool {
-    match rustix::process::Pid::from_raw(pid) {
-        Some(pid) => rustix::process::kill_process(pid, sig).is_ok(),
-        None => false,
-    }
 }
 
 pub fn kill_group(pgid: i32, sig: rustix::process::Signal) -> bool {

@@ -137,24 +137,41 @@ extern "C" fn on_sigchld(_: libc::c_int) {}
 pub fn serve() -> i32 {
     // SAFETY: fd 0 is the socket the daemon gave us; we own it from here on.
     let sock = unsafe { OwnedFd::from_raw_fd(0) };
-    // SIGCHLD interrupts the blocking read, so finished supervisors are reaped at once rather
-    // than waiting as zombies for the next request.
-    // SAFETY: a handler that does nothing; no SA_RESTART so that read() returns EINTR.
-    unsafe {
+    // Finished supervisors are reaped as soon as they exit rather than waiting as zombies for
+    // the next request: SIGCHLD stays blocked except inside ppoll, which it then interrupts, so
+    // none can slip in between a reap and the wait.
+    // SAFETY: a handler that does nothing, and plain signal-mask calls.
+    let unblocked = unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = on_sigchld as *const () as usize;
         libc::sigemptyset(&mut action.sa_mask);
         libc::sigaction(libc::SIGCHLD, &action, std::ptr::null_mut());
-    }
+        let mut chld: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut chld);
+        libc::sigaddset(&mut chld, libc::SIGCHLD);
+        let mut previous: libc::sigset_t = std::mem::zeroed();
+        libc::sigprocmask(libc::SIG_BLOCK, &chld, &mut previous);
+        previous
+    };
     let mut pending: Vec<u8> = Vec::new();
     loop {
         reap();
         let Some(end) = pending.iter().position(|&b| b == b'\n') else {
+            let mut poll = libc::pollfd {
+                fd: sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd; the mask is a plain sigset_t.
+            let ready = unsafe { libc::ppoll(&mut poll, 1, std::ptr::null(), &unblocked) };
+            if ready <= 0 {
+                continue; // EINTR: a child exited
+            }
             let mut buf = [0u8; 4096];
             match rustix::io::read(&sock, &mut buf) {
                 Ok(0) => return 0,
                 Ok(n) => pending.extend_from_slice(&buf[..n]),
-                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
                 Err(_) => return 1,
             }
             continue;
@@ -195,9 +212,13 @@ fn fork_supervisor(sock: &OwnedFd, dir: &str) -> io::Result<(i32, OwnedFd)> {
         -1 => Err(io::Error::last_os_error()),
         0 => {
             // SAFETY: in the child: give up the daemon's socket (its end must close when the
-            // spawner does) and put /dev/null in its place, and restore SIGCHLD.
+            // spawner does) and put /dev/null in its place, and restore SIGCHLD (the supervisor
+            // needs it delivered to learn that its job ended).
             unsafe {
                 libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
                 let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
                 if null >= 0 {
                     libc::dup2(null, sock.as_raw_fd());

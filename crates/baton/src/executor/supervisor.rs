@@ -125,6 +125,7 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
         &SupervisorEvent::Spawned {
             attempt: launch.attempt,
             pgid,
+            started: super::process_start_time(pgid),
         },
     );
     let grace = Duration::from_millis(launch.grace_ms.max(0) as u64);
@@ -183,7 +184,10 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
             "empty command",
         ));
     };
-    if !Path::new(&launch.cwd).is_dir() {
+    // Checked here only when the job runs as ourselves: a job run as another user must find its
+    // directory with that user's permissions, which the child checks after dropping to them.
+    let as_other = launch.run_as.is_some() && rustix::process::geteuid().is_root();
+    if !as_other && !Path::new(&launch.cwd).is_dir() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             format!("working directory {} does not exist", launch.cwd),
@@ -196,14 +200,16 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
     cmd.args(args)
         .env_clear()
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&launch.cwd)
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0)
         .kill_on_drop(false);
-    if let Some(run_as) = launch.run_as.clone() {
-        drop_privileges(&mut cmd, run_as);
+    match launch.run_as.clone() {
+        Some(run_as) if as_other => drop_privileges(&mut cmd, run_as, &launch.cwd)?,
+        _ => {
+            cmd.current_dir(&launch.cwd);
+        }
     }
     // The daemon's umask (077) protects its own files; the job gets its submitter's. Set here
     // rather than in the child, so that the job can be started with posix_spawn.
@@ -220,25 +226,31 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
 }
 
 /// Makes the child run as the submitting user: groups, then gid, then uid (the order matters:
-/// after setuid there is no permission left to change groups).
-fn drop_privileges(cmd: &mut tokio::process::Command, run_as: RunAs) {
-    if rustix::process::geteuid().as_raw() != 0 {
-        return;
-    }
+/// after setuid there is no permission left to change groups), and only then enters the working
+/// directory, so that it gets there with the user's permissions, not root's.
+fn drop_privileges(
+    cmd: &mut tokio::process::Command,
+    run_as: RunAs,
+    cwd: &str,
+) -> std::io::Result<()> {
     let groups: Vec<libc::gid_t> = run_as.groups.clone();
-    // SAFETY: only async-signal-safe system calls between fork and exec; `groups` was allocated
-    // before the fork.
+    let cwd = std::ffi::CString::new(cwd)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in cwd"))?;
+    // SAFETY: only async-signal-safe system calls between fork and exec; `groups` and `cwd` were
+    // allocated before the fork.
     unsafe {
         cmd.pre_exec(move || {
             if libc::setgroups(groups.len(), groups.as_ptr()) != 0
                 || libc::setgid(run_as.gid) != 0
                 || libc::setuid(run_as.uid) != 0
+                || libc::chdir(cwd.as_ptr()) != 0
             {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
+    Ok(())
 }
 
 fn now_ms() -> i64 {

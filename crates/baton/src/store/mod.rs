@@ -286,7 +286,8 @@ impl Store {
         let attempt_change = if retry { "" } else { ", attempt = attempt - 1" };
         tx.execute(
             &format!(
-                "UPDATE jobs SET state = 'queued', gpus = '[]', reason = ?1, started_at = NULL{attempt_change} \
+                "UPDATE jobs SET state = 'queued', gpus = '[]', reason = ?1, started_at = NULL, \
+                 cancel_requested_by = NULL{attempt_change} \
                  WHERE id = ?2"
             ),
             params![reason, id.0 as i64],

@@ -10,6 +10,7 @@ use baton_core::{JobId, JobState};
 
 use crate::api::{CancelRequest, CancelResponse};
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
+use crate::executor::stop_supervisor;
 use crate::store::Ending;
 use crate::users;
 
@@ -26,7 +27,6 @@ pub async fn handle(
     let ids: Vec<JobId> = req.ids.iter().copied().map(JobId).collect();
     let by = users::name_of(peer.uid);
     let now = now_ms();
-    let mut to_signal = Vec::new();
     {
         // Everything is checked before anything changes.
         let current = daemon.views(&ids)?;
@@ -57,13 +57,20 @@ pub async fn handle(
                     inner.store.mark_ended(*id, &end)?;
                     inner.active.remove(id);
                 }
-                JobState::Running if job.cancel_requested_by.is_none() => {
-                    inner.store.mark_cancel_requested(*id, &by, now)?;
-                    if let Some(j) = inner.active.get_mut(id) {
-                        j.cancel_requested_by = Some(by.clone());
-                        j.reason = Some(format!("cancelling (asked by {by})"));
+                JobState::Running => {
+                    if job.cancel_requested_by.is_none() {
+                        inner.store.mark_cancel_requested(*id, &by, now)?;
+                        if let Some(j) = inner.active.get_mut(id) {
+                            j.cancel_requested_by = Some(by.clone());
+                            j.reason = Some(format!("cancelling (asked by {by})"));
+                        }
                     }
-                    to_signal.push((*id, job.attempt));
+                    // Asking again is harmless: the supervisor escalates on its own schedule.
+                    // A supervisor still being started has no pidfd yet; `watch` delivers the
+                    // cancel as soon as it has one.
+                    if let Some(fd) = inner.supervisors.get(id) {
+                        stop_supervisor(fd);
+                    }
                 }
                 _ => {}
             }
@@ -71,14 +78,6 @@ pub async fn handle(
     }
     daemon.notify_changed();
     daemon.wake();
-    for (id, attempt) in to_signal {
-        if !daemon.executor.cancel(&daemon.files(id), attempt).await {
-            tracing::info!(
-                job = id.0,
-                "cancel: supervisor already gone; its exit decides"
-            );
-        }
-    }
     Ok(Json(CancelResponse {
         jobs: daemon.views(&ids)?,
     }))
