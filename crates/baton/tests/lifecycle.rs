@@ -200,3 +200,22 @@ fn logs_tail_stderr_and_follow() {
     assert!(status.success(), "logs --follow exited {status}");
     assert_eq!(b.state(id), "succeeded");
 }
+
+/// A cancel that arrives while the job is still being launched (no supervisor record yet) is
+/// not lost, and asking twice is harmless.
+#[test]
+fn cancel_right_after_submit_is_never_lost() {
+    let b = Baton::start(4);
+    let ids: Vec<u64> = (0..6)
+        .map(|_| b.submit(&["--gpus", "1", "--", "sleep", "300"]))
+        .collect();
+    for id in &ids {
+        b.run(&["cancel", &id.to_string()]).expect(0);
+        b.run(&["cancel", &id.to_string()]).expect(0);
+    }
+    let out = b.wait(&ids, "20s");
+    assert_eq!(out.code, 1, "{out:?}");
+    for id in ids {
+        assert_eq!(b.state(id), "cancelled", "job {id}");
+    }
+}

@@ -205,3 +205,28 @@ fn jobs_still_start_after_the_spawner_is_killed() {
         .collect();
     b.wait_ok(&ids);
 }
+
+/// A daemon killed in the middle of launching a large batch: every job of the batch still runs,
+/// exactly once, whether its supervisor had started before the crash or not.
+#[test]
+fn a_crash_during_a_batch_launch_neither_loses_nor_repeats_jobs() {
+    let mut b = Baton::start(1);
+    let gate = b.submit_sh(&[], &wait_for_file("go.gate"));
+    let after = gate.to_string();
+    let batch: Vec<u64> = (0..120)
+        .map(|_| b.submit_sh(&["--after", &after], "echo ran >> ran.$BATON_JOB_ID"))
+        .collect();
+    // Releasing the gate starts all 120 in one pass; kill the daemon while it launches them.
+    b.touch("go.gate");
+    b.poll_job(batch[0], "the batch to start", |j| j["state"] != "queued");
+    b.kill_daemon();
+    b.serve();
+    b.wait_ok(&batch);
+    for id in batch {
+        assert_eq!(
+            b.read(&format!("ran.{id}")),
+            "ran\n",
+            "job {id} ran a wrong number of times"
+        );
+    }
+}

@@ -178,4 +178,41 @@ fn system_mode_runs_jobs_as_their_submitters_and_guards_cancel() {
     assert_eq!(job["state"], "cancelled", "{job:#}");
     // Both ended by their cancel, not by the release file.
     assert!(!b.path("go.a").exists() && !b.path("go.b").exists());
+
+    // A job enters its working directory as its submitter, not as root: once only root may
+    // pass through its parent, alice's job cannot get in.
+    let private = b.work.join("private");
+    let inside = private.join("open");
+    std::fs::create_dir_all(&inside).unwrap();
+    chmod(&private, 0o755);
+    chmod(&inside, 0o777);
+    let gate = b.submit_sh(&[], &wait_for_file("go.gate"));
+    let inside_arg = inside.to_string_lossy().into_owned();
+    let after = gate.to_string();
+    let out = as_user(
+        &b,
+        &alice,
+        &[
+            "submit",
+            "--after",
+            &after,
+            "--cwd",
+            &inside_arg,
+            "--",
+            "sh",
+            "-c",
+            "echo leaked > x",
+        ],
+    )
+    .expect(0);
+    let sneaky: u64 = out.stdout.trim().parse().unwrap();
+    chmod(&private, 0o700);
+    b.touch("go.gate");
+    assert_eq!(b.wait(&[sneaky], "15s").code, 1);
+    let job = b.job(sneaky);
+    assert_eq!(job["state"], "failed", "{job:#}");
+    assert!(
+        !inside.join("x").exists(),
+        "alice's job wrote inside a directory she cannot reach"
+    );
 }
