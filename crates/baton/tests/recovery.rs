@@ -41,20 +41,7 @@ fn jobs_survive_a_daemon_kill_and_restart() {
     assert_eq!(b.state(after), "queued");
 
     // A client waiting on the daemon when it dies waits on once it is back.
-    let waiter = b
-        .cmd(["wait", &ok.to_string(), "--timeout", "60s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Kill the daemon only once the waiter's request is in: a `wait` that finds no daemon at all
-    // is exit 3, not a restart to wait through.
-    let socket = b.home.join("baton.sock");
-    let until = Instant::now() + DEADLINE;
-    while connections_to(&socket) == 0 {
-        assert!(Instant::now() < until, "`baton wait` never connected");
-        std::thread::sleep(POLL);
-    }
+    let waiter = connected_waiter(&b, ok);
 
     b.kill_daemon();
     // While no daemon is alive, job `seven` exits 7: its supervisor records it.
@@ -113,21 +100,13 @@ fn running_jobs_outlive_a_graceful_daemon_stop() {
     b.wait_running(id);
     b.wait_file("pid");
     // A `wait` held open while the daemon stops is answered, and waits on after the restart.
-    let waiter = b
-        .cmd(["wait", &id.to_string(), "--timeout", "60s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let socket = b.home.join("baton.sock");
-    let until = Instant::now() + DEADLINE;
-    while connections_to(&socket) == 0 {
-        assert!(Instant::now() < until, "`baton wait` never connected");
-        std::thread::sleep(POLL);
-    }
+    let waiter = connected_waiter(&b, id);
     let status = b.stop_daemon();
     assert!(status.success(), "baton serve exited {status} on SIGTERM");
-    assert!(!socket.exists(), "the daemon left its socket behind");
+    assert!(
+        !b.home.join("baton.sock").exists(),
+        "the daemon left its socket behind"
+    );
     let pid: i32 = b.read("pid").trim().parse().unwrap();
     assert!(common::alive(pid), "the job died with its daemon");
 
@@ -229,4 +208,22 @@ fn a_crash_during_a_batch_launch_neither_loses_nor_repeats_jobs() {
             "job {id} ran a wrong number of times"
         );
     }
+}
+
+/// A `baton wait ID` in the background, returned once its request has reached the daemon (a
+/// `wait` that finds no daemon at all is exit 3, not a restart to wait through).
+fn connected_waiter(b: &Baton, id: u64) -> std::process::Child {
+    let waiter = b
+        .cmd(["wait", &id.to_string(), "--timeout", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let socket = b.home.join("baton.sock");
+    let until = Instant::now() + DEADLINE;
+    while connections_to(&socket) == 0 {
+        assert!(Instant::now() < until, "`baton wait` never connected");
+        std::thread::sleep(POLL);
+    }
+    waiter
 }
