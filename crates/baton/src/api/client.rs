@@ -1,11 +1,17 @@
 //! The client side of the protocol: typed calls over the daemon's Unix socket, and starting a
 //! user daemon in the background when `baton submit` finds none.
+//!
+//! Deliberately small and blocking: one connection per call, HTTP/1.0 (so the daemon marks the
+//! end of every body by closing the connection, streamed or not), no async runtime. A CLI call
+//! lives a few milliseconds, and setting up a runtime and a general HTTP client cost more than
+//! the request itself.
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use futures_util::{Stream, StreamExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -22,7 +28,7 @@ pub enum ClientError {
     #[error("could not start a daemon: {0}")]
     StartFailed(String),
     #[error("talking to the daemon failed: {0}")]
-    Transport(#[from] reqwest::Error),
+    Transport(String),
 }
 
 impl ClientError {
@@ -32,121 +38,147 @@ impl ClientError {
     }
 }
 
+fn transport(e: impl std::fmt::Display) -> ClientError {
+    ClientError::Transport(e.to_string())
+}
+
+/// A response whose status was a success; `body` reads to the end of the body.
+pub struct Response {
+    pub body: BufReader<UnixStream>,
+}
+
 #[derive(Clone)]
 pub struct Client {
-    http: reqwest::Client,
     socket: PathBuf,
 }
 
 impl Client {
     pub fn new(socket: impl Into<PathBuf>) -> Self {
-        let socket = socket.into();
-        let http = reqwest::Client::builder()
-            .unix_socket(socket.clone())
-            .build()
-            .expect("a client with no TLS and no proxies always builds");
-        Client { http, socket }
+        Client {
+            socket: socket.into(),
+        }
     }
 
-    fn url(path: &str) -> String {
-        format!("http://baton{PREFIX}{path}")
-    }
-
-    async fn send<T: DeserializeOwned>(
+    /// Sends one request and reads the status line and headers.
+    fn request(
         &self,
-        req: reqwest::RequestBuilder,
-    ) -> Result<T, ClientError> {
-        let resp = self.execute(req).await?;
-        Ok(resp.json().await?)
-    }
-
-    async fn execute(
-        &self,
-        req: reqwest::RequestBuilder,
-    ) -> Result<reqwest::Response, ClientError> {
-        let resp = req.send().await.map_err(|e| {
-            if e.is_connect() {
+        method: &str,
+        target: &str,
+        body: Option<&[u8]>,
+    ) -> Result<Response, ClientError> {
+        let mut stream = UnixStream::connect(&self.socket).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
                 ClientError::NotRunning {
                     socket: self.socket.clone(),
                 }
-            } else {
-                ClientError::Transport(e)
             }
+            _ => transport(format!("{}: {e}", self.socket.display())),
         })?;
-        let status = resp.status();
-        if status.is_success() {
-            return Ok(resp);
+        let mut head = format!("{method} {PREFIX}{target} HTTP/1.0\r\nHost: baton\r\n");
+        if let Some(body) = body {
+            head.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                body.len()
+            ));
         }
-        let text = resp.text().await.unwrap_or_default();
+        head.push_str("\r\n");
+        let mut message = head.into_bytes();
+        message.extend_from_slice(body.unwrap_or_default());
+        stream.write_all(&message).map_err(transport)?;
+
+        let mut reader = BufReader::new(stream);
+        let mut status_line = String::new();
+        reader.read_line(&mut status_line).map_err(transport)?;
+        let status: u16 = status_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| transport(format!("bad status line {status_line:?}")))?;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).map_err(transport)? == 0 || line == "\r\n" {
+                break;
+            }
+        }
+        if (200..300).contains(&status) {
+            return Ok(Response { body: reader });
+        }
+        let mut text = String::new();
+        let _ = reader.read_to_string(&mut text);
         let message = serde_json::from_str::<ErrorBody>(&text)
             .map(|b| b.error)
             .unwrap_or_else(|_| format!("daemon answered {status}: {text}"));
-        Err(ClientError::Api {
-            status: status.as_u16(),
-            message,
-        })
+        Err(ClientError::Api { status, message })
     }
 
-    fn get(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http.get(Self::url(path))
-    }
-
-    fn post<B: Serialize>(&self, path: &str, body: &B) -> reqwest::RequestBuilder {
-        self.http.post(Self::url(path)).json(body)
-    }
-
-    pub async fn info(&self) -> Result<InfoResponse, ClientError> {
-        self.send(self.get("/info")).await
-    }
-
-    pub async fn submit(&self, req: &SubmitRequest) -> Result<JobView, ClientError> {
-        self.send(self.post("/jobs", req)).await
-    }
-
-    pub async fn list(&self, ids: &[u64], all: bool) -> Result<Vec<JobView>, ClientError> {
-        let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
-        let query = ListQuery {
-            ids: (!ids.is_empty()).then(|| ids.join(",")),
-            all,
-        };
-        self.send(self.get("/jobs").query(&query)).await
-    }
-
-    pub async fn wait(&self, req: &WaitRequest) -> Result<WaitResponse, ClientError> {
-        self.send(self.post("/wait", req)).await
-    }
-
-    pub async fn cancel(&self, ids: &[u64]) -> Result<CancelResponse, ClientError> {
-        self.send(self.post("/cancel", &CancelRequest { ids: ids.to_vec() }))
-            .await
-    }
-
-    pub async fn events(&self, id: u64) -> Result<Vec<EventView>, ClientError> {
-        self.send(self.get(&format!("/jobs/{id}/events"))).await
-    }
-
-    pub async fn gpus(&self) -> Result<GpusResponse, ClientError> {
-        self.send(self.get("/gpus")).await
-    }
-
-    /// The job's output as a stream of chunks (endless with `follow` until the job ends).
-    pub async fn logs(
+    fn call<T: DeserializeOwned>(
         &self,
-        id: u64,
-        query: &LogsQuery,
-    ) -> Result<impl Stream<Item = Result<Vec<u8>, ClientError>> + use<>, ClientError> {
-        let resp = self
-            .execute(self.get(&format!("/jobs/{id}/logs")).query(query))
-            .await?;
-        Ok(resp
-            .bytes_stream()
-            .map(|r| r.map(|b| b.to_vec()).map_err(ClientError::from)))
+        method: &str,
+        target: &str,
+        body: Option<&[u8]>,
+    ) -> Result<T, ClientError> {
+        let resp = self.request(method, target, body)?;
+        serde_json::from_reader(resp.body).map_err(transport)
+    }
+
+    fn get<T: DeserializeOwned>(&self, target: &str) -> Result<T, ClientError> {
+        self.call("GET", target, None)
+    }
+
+    fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        target: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        let body = serde_json::to_vec(body).expect("API types always serialise");
+        self.call("POST", target, Some(&body))
+    }
+
+    pub fn info(&self) -> Result<InfoResponse, ClientError> {
+        self.get("/info")
+    }
+
+    pub fn submit(&self, req: &SubmitRequest) -> Result<JobView, ClientError> {
+        self.post("/jobs", req)
+    }
+
+    pub fn list(&self, ids: &[u64], all: bool) -> Result<Vec<JobView>, ClientError> {
+        let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+        self.get(&format!("/jobs?ids={}&all={all}", ids.join(",")))
+    }
+
+    pub fn wait(&self, req: &WaitRequest) -> Result<WaitResponse, ClientError> {
+        self.post("/wait", req)
+    }
+
+    pub fn cancel(&self, ids: &[u64]) -> Result<CancelResponse, ClientError> {
+        self.post("/cancel", &CancelRequest { ids: ids.to_vec() })
+    }
+
+    pub fn events(&self, id: u64) -> Result<Vec<EventView>, ClientError> {
+        self.get(&format!("/jobs/{id}/events"))
+    }
+
+    pub fn gpus(&self) -> Result<GpusResponse, ClientError> {
+        self.get("/gpus")
+    }
+
+    /// The job's output as a reader (endless with `follow` until the job ends).
+    pub fn logs(&self, id: u64, query: &LogsQuery) -> Result<impl Read + use<>, ClientError> {
+        let mut target = format!(
+            "/jobs/{id}/logs?stderr={}&follow={}",
+            query.stderr, query.follow
+        );
+        if let Some(n) = query.tail {
+            target.push_str(&format!("&tail={n}"));
+        }
+        Ok(self.request("GET", &target, None)?.body)
     }
 
     /// Starts a user daemon in the background for `home` and waits (at most 10 s) until it
     /// answers. Only the user's own socket is ever auto-started: a system socket or an explicit
     /// `BATON_SOCKET` that nobody serves is reported instead.
-    pub async fn start_daemon(&self, home: &Path) -> Result<(), ClientError> {
+    pub fn start_daemon(&self, home: &Path) -> Result<(), ClientError> {
         if self.socket != home.join("baton.sock") {
             return Err(ClientError::NotRunning {
                 socket: self.socket.clone(),
@@ -155,10 +187,10 @@ impl Client {
         spawn_daemon(home)?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match self.info().await {
+            match self.info() {
                 Ok(_) => return Ok(()),
                 Err(ClientError::NotRunning { .. }) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(20)).await
+                    std::thread::sleep(Duration::from_millis(20))
                 }
                 Err(ClientError::NotRunning { .. }) => {
                     return Err(ClientError::StartFailed(format!(

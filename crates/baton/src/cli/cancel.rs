@@ -11,8 +11,8 @@ pub struct Args {
     ids: Vec<u64>,
 }
 
-pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    let resp = client().cancel(&args.ids).await?;
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let resp = client().cancel(&args.ids)?;
     if json {
         print_json(&resp.jobs);
         return Ok(ExitCode::SUCCESS);

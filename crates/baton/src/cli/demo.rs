@@ -128,10 +128,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .stderr(log)
         .spawn()
         .context("cannot start the demo daemon")?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let result = rt.block_on(tour(&home, args.gpus));
+    let result = tour(&home, args.gpus);
     // Stop the daemon and tidy up whatever happened.
     if let Some(pid) = rustix::process::Pid::from_raw(daemon.id() as i32) {
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
@@ -145,17 +142,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     result.map(|_| ExitCode::SUCCESS)
 }
 
-async fn tour(home: &Path, gpu_count: u32) -> anyhow::Result<()> {
+fn tour(home: &Path, gpu_count: u32) -> anyhow::Result<()> {
     let client = Client::new(home.join("baton.sock"));
     let started = Instant::now();
-    while client.info().await.is_err() {
+    while client.info().is_err() {
         if started.elapsed() > Duration::from_secs(10) {
             bail!(
                 "the demo daemon did not start; see {}",
                 home.join("daemon.log").display()
             );
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        std::thread::sleep(Duration::from_millis(20));
     }
     let work: PathBuf = home.join("work");
     let mut env: BTreeMap<String, String> = std::env::vars().collect();
@@ -187,13 +184,13 @@ async fn tour(home: &Path, gpu_count: u32) -> anyhow::Result<()> {
             env: env.clone(),
             ..SubmitRequest::default()
         };
-        let view = client.submit(&req).await?;
+        let view = client.submit(&req)?;
         ids.push(view.id);
     }
     // Show the queue whenever something changes, until everything has ended.
     let mut last = String::new();
     loop {
-        let jobs = client.list(&ids, false).await?;
+        let jobs = client.list(&ids, false)?;
         let shape: String = jobs
             .iter()
             .map(|j| {
@@ -219,39 +216,32 @@ async fn tour(home: &Path, gpu_count: u32) -> anyhow::Result<()> {
         {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        std::thread::sleep(Duration::from_millis(250));
     }
     println!(
         "\n$ baton wait {}   (what an agent gets back when its jobs end)",
         ids.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")
     );
-    let done = client
-        .wait(&WaitRequest {
-            ids: ids.clone(),
-            timeout_ms: Some(1_000),
-        })
-        .await?;
+    let done = client.wait(&WaitRequest {
+        ids: ids.clone(),
+        timeout_ms: Some(1_000),
+    })?;
     for job in &done.jobs {
         println!("{}", output::summary(job));
     }
     if let Some(failed) = done.jobs.iter().find(|j: &&JobView| j.name == "broken-run") {
         println!("\n$ baton logs {} --stderr", failed.id);
-        let mut stream = Box::pin(
-            client
-                .logs(
-                    failed.id,
-                    &LogsQuery {
-                        stderr: true,
-                        tail: Some(5),
-                        follow: false,
-                    },
-                )
-                .await?,
-        );
-        use futures_util::StreamExt;
-        while let Some(chunk) = stream.next().await {
-            print!("{}", String::from_utf8_lossy(&chunk?));
-        }
+        let mut body = client.logs(
+            failed.id,
+            &LogsQuery {
+                stderr: true,
+                tail: Some(5),
+                follow: false,
+            },
+        )?;
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut body, &mut text)?;
+        print!("{}", String::from_utf8_lossy(&text));
     }
     println!(
         "\ndone in {:.1}s. Try it for real: `baton submit --gpus 1 -- python train.py`, then `baton wait ID`.",

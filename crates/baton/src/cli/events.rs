@@ -9,8 +9,8 @@ pub struct Args {
     id: u64,
 }
 
-pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    let events = client().events(args.id).await?;
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let events = client().events(args.id)?;
     if json {
         print_json(&events);
         return Ok(ExitCode::SUCCESS);

@@ -6,8 +6,8 @@ use baton_core::units::format_size;
 
 use super::{client, print_json};
 
-pub async fn run(json: bool) -> anyhow::Result<ExitCode> {
-    let resp = client().gpus().await?;
+pub fn run(json: bool) -> anyhow::Result<ExitCode> {
+    let resp = client().gpus()?;
     if json {
         print_json(&resp);
         return Ok(ExitCode::SUCCESS);

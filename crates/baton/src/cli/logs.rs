@@ -1,9 +1,7 @@
 //! `baton logs ID [--follow] [--tail N] [--stderr]`: a job's output, streamed from the daemon.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::process::ExitCode;
-
-use futures_util::StreamExt;
 
 use super::{client, print_json};
 use crate::api::LogsQuery;
@@ -30,18 +28,16 @@ struct LogsJson {
     text: String,
 }
 
-pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let query = LogsQuery {
         stderr: args.stderr,
         tail: args.tail,
         follow: args.follow,
     };
-    let mut stream = Box::pin(client().logs(args.id, &query).await?);
+    let mut body = client().logs(args.id, &query)?;
     if json {
         let mut bytes = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            bytes.extend(chunk?);
-        }
+        body.read_to_end(&mut bytes)?;
         print_json(&LogsJson {
             id: args.id,
             stream: if args.stderr { "stderr" } else { "stdout" },
@@ -50,9 +46,13 @@ pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut out = std::io::stdout().lock();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk?;
-        if let Err(e) = out.write_all(&chunk).and_then(|_| out.flush()) {
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = body.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        if let Err(e) = out.write_all(&chunk[..n]).and_then(|_| out.flush()) {
             // A closed pipe (`| head`) is a normal way to stop reading.
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 return Ok(ExitCode::SUCCESS);

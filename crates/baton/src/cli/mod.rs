@@ -85,23 +85,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo(args) => demo::run(args),
-        command => {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async move {
-                match command {
-                    Command::Submit(args) => submit::run(args, json).await,
-                    Command::Status(args) => status::run(args, json).await,
-                    Command::Wait(args) => wait::run(args, json).await,
-                    Command::Cancel(args) => cancel::run(args, json).await,
-                    Command::Logs(args) => logs::run(args, json).await,
-                    Command::Events(args) => events::run(args, json).await,
-                    Command::Gpus => gpus::run(json).await,
-                    _ => unreachable!("handled above"),
-                }
-            })
-        }
+        Command::Submit(args) => submit::run(args, json),
+        Command::Status(args) => status::run(args, json),
+        Command::Wait(args) => wait::run(args, json),
+        Command::Cancel(args) => cancel::run(args, json),
+        Command::Logs(args) => logs::run(args, json),
+        Command::Events(args) => events::run(args, json),
+        Command::Gpus => gpus::run(json),
     }
 }
 

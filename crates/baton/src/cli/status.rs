@@ -13,8 +13,8 @@ pub struct Args {
     all: bool,
 }
 
-pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    let jobs = client().list(&args.ids, args.all).await?;
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let jobs = client().list(&args.ids, args.all)?;
     if json {
         print_json(&jobs);
     } else if jobs.is_empty() {

@@ -67,7 +67,7 @@ fn parse_tag(text: &str) -> Result<(String, String), String> {
     }
 }
 
-pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let cwd = match &args.cwd {
         Some(dir) => dir.clone(),
         None => std::env::current_dir()?,
@@ -94,10 +94,10 @@ pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         umask: Some(current_umask()),
     };
     let client = Client::new(paths::client_socket());
-    let job = match client.submit(&req).await {
+    let job = match client.submit(&req) {
         Err(ClientError::NotRunning { .. }) => {
-            client.start_daemon(&paths::user_home()).await?;
-            client.submit(&req).await?
+            client.start_daemon(&paths::user_home())?;
+            client.submit(&req)?
         }
         other => other?,
     };

@@ -22,7 +22,7 @@ pub struct Args {
     timeout: Option<i64>,
 }
 
-pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let client = client();
     let deadline = args
         .timeout
@@ -50,7 +50,7 @@ pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             ids: args.ids.clone(),
             timeout_ms,
         };
-        match client.wait(&req).await {
+        match client.wait(&req) {
             Ok(resp) => break resp,
             // The daemon restarted under us: running jobs survive that, so wait on. No daemon
             // at all on the first try is no restart: that is exit 3 at once, not after a minute.
@@ -60,7 +60,7 @@ pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
                 | ClientError::NotRunning { .. }),
             ) if (reached || !matches!(e, ClientError::NotRunning { .. }))
                 && deadline.is_none_or(|d| Instant::now() < d)
-                && reconnects(&client, deadline).await =>
+                && reconnects(&client, deadline) =>
             {
                 reached = true;
                 continue;
@@ -95,14 +95,14 @@ pub async fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// Waits up to a minute (never past the wait's own deadline) for the daemon to answer again.
-async fn reconnects(client: &crate::api::client::Client, deadline: Option<Instant>) -> bool {
+fn reconnects(client: &crate::api::client::Client, deadline: Option<Instant>) -> bool {
     let minute = Instant::now() + Duration::from_secs(60);
     let until = deadline.map_or(minute, |d| d.min(minute));
     while Instant::now() < until {
-        if client.info().await.is_ok() {
+        if client.info().is_ok() {
             return true;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        std::thread::sleep(Duration::from_millis(200));
     }
     false
 }
