@@ -117,13 +117,18 @@ impl Store {
     }
 
     pub fn insert(&mut self, job: &NewJob) -> Result<JobRecord, StoreError> {
+        // The default name is the program's file name, as squeue shows it.
+        let name = job.name.clone().unwrap_or_else(|| {
+            let program = job.command.first().map(String::as_str).unwrap_or("job");
+            program.rsplit('/').next().unwrap_or(program).to_string()
+        });
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO jobs (name, state, command, cwd, env, owner_uid, owner, priority, \
              gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus, umask) \
              VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]', ?15)",
             params![
-                job.name.clone().unwrap_or_default(),
+                name,
                 json(&job.command),
                 job.cwd,
                 json(&job.env),
@@ -141,20 +146,34 @@ impl Store {
             ],
         )?;
         let id = tx.last_insert_rowid() as u64;
-        if job.name.is_none() {
-            // The default name is the program's file name, as squeue shows it.
-            let program = job.command.first().map(String::as_str).unwrap_or("job");
-            let base = program.rsplit('/').next().unwrap_or(program);
-            tx.execute(
-                "UPDATE jobs SET name = ?1 WHERE id = ?2",
-                params![base, id as i64],
-            )?;
-        }
         log_event(&tx, id, job.submitted_at, "submitted", &job.owner)?;
         tx.commit()?;
-        self.get(JobId(id))?.ok_or(StoreError::Corrupt {
-            id,
-            detail: "vanished after insert".into(),
+        Ok(JobRecord {
+            id: JobId(id),
+            name,
+            state: JobState::Queued,
+            command: job.command.clone(),
+            cwd: job.cwd.clone(),
+            env: job.env.clone(),
+            owner_uid: job.owner_uid,
+            owner: job.owner.clone(),
+            priority: job.priority,
+            request: job.request,
+            time_limit: job.time_limit,
+            retries: job.retries,
+            attempt: 0,
+            deps: job.deps.clone(),
+            tags: job.tags.clone(),
+            submitted_at: job.submitted_at,
+            started_at: None,
+            ended_at: None,
+            exit_code: None,
+            signal: None,
+            reason: None,
+            gpus: Vec::new(),
+            workflow_id: None,
+            cancel_requested_by: None,
+            umask: job.umask,
         })
     }
 
