@@ -32,7 +32,8 @@ export PATH="$PATH:$HOME/.cargo/bin"
 # Quiet, plain diagnostics from the Rust tools (no colour, no backtraces).
 export RUST_BACKTRACE=0 NO_COLOR=1
 # An inherited configuration must not leak into the isolated runs.
-unset BATON_HOME BATON_SIM_GPUS PUEUE_CONFIG_PATH TS_SOCKET TS_SLOTS TS_ONFINISH TS_ENV \
+unset BATON_HOME BATON_SIM_GPUS CLAUDE_CODE_SESSION_ID CLAUDE_CODE_MESSAGING_SOCKET \
+    CLAUDE_CODE_MESSAGING_TOKEN CODEX_THREAD_ID TMUX TMUX_PANE PUEUE_CONFIG_PATH TS_SOCKET TS_SLOTS TS_ONFINISH TS_ENV \
     TS_MAILTO TS_SAVELIST TS_MAXFINISHED TS_MAXCONN TS_VISIBLE_DEVICES || true
 
 die() { echo "dispatch.sh: $*" >&2; exit 1; }
@@ -223,8 +224,12 @@ printf '%-4s %-6s %9s %9s %8s\n' run system submit_s total_s jobs/s
 for ((run = 1; run <= RUNS; run++)); do
     for sys in $SYSTEMS; do
         dir=$work/$sys-$run
-        mkdir -p "$dir"
+        mkdir -p "$dir/cwd"
+        # Every system's jobs run in an empty directory of their own: baton's report looks for
+        # the files a job wrote in its working directory, which should not be the caller's.
+        cd "$dir/cwd"
         "bench_$sys" "$dir" "$run"
+        cd "$work"
         sub=$(secs "$t0" "$t1")
         tot=$(secs "$t0" "$t2")
         rate=$(awk -v n="$JOBS" -v t="$tot" 'BEGIN { printf "%.1f", n / t }')

@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod model;
 pub mod placement;
+pub mod report;
 pub mod scheduler;
 pub mod units;
 

@@ -47,10 +47,12 @@ pub fn format_size(bytes: u64) -> String {
         value /= 1024.0;
         unit += 1;
     }
-    if unit == 0 || (value.fract() * 10.0).round() == 0.0 || value >= 100.0 {
+    // Rounded to tenths first, so that 49.98 shows as "50", not "50.0".
+    let tenths = (value * 10.0).round();
+    if unit == 0 || tenths % 10.0 == 0.0 || value >= 100.0 {
         format!("{:.0} {}", value, UNITS[unit])
     } else {
-        format!("{:.1} {}", value, UNITS[unit])
+        format!("{:.1} {}", tenths / 10.0, UNITS[unit])
     }
 }
 
@@ -152,6 +154,8 @@ mod tests {
         assert_eq!(format_size(80 << 30), "80 GiB");
         assert_eq!(format_size(3 << 29), "1.5 GiB");
         assert_eq!(format_size(512), "512 B");
+        assert_eq!(format_size((50 << 20) - 2048), "50 MiB");
+        assert_eq!(format_size((7 << 30) + (1 << 29) + (1 << 20)), "7.5 GiB");
     }
 
     #[test]

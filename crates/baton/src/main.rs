@@ -6,7 +6,9 @@ mod cli;
 mod daemon;
 mod executor;
 mod gpu;
+mod notify;
 mod paths;
+mod report;
 mod store;
 mod users;
 

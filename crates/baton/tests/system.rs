@@ -66,8 +66,14 @@ fn as_user(b: &Baton, user: &TestUser, args: &[&str]) -> Out {
         // Lets the harness find (and clean up) these users' jobs too.
         .env("BATON_HOME", &b.home)
         .env("HOME", &b.work)
+        // Each user's own data directory, where `auto` delivers their reports.
+        .env("XDG_DATA_HOME", data_home(b, user))
         .current_dir(&b.work);
     run_cmd(cmd)
+}
+
+fn data_home(b: &Baton, user: &TestUser) -> PathBuf {
+    b.work.join(format!("data-{}", user.name))
 }
 
 fn submit_as(b: &Baton, user: &TestUser, script: &str) -> u64 {
@@ -178,6 +184,25 @@ fn system_mode_runs_jobs_as_their_submitters_and_guards_cancel() {
     assert_eq!(job["state"], "cancelled", "{job:#}");
     // Both ended by their cancel, not by the release file.
     assert!(!b.path("go.a").exists() && !b.path("go.b").exists());
+
+    // Each report reached its owner's own inbox, written as that owner (not as root), 0600.
+    use std::os::unix::fs::MetadataExt;
+    for (user, id) in [(&alice, a), (&bob, bb)] {
+        let inbox = data_home(&b, user).join("baton/inbox.md");
+        common::wait_contains(&inbox, &format!("[end of baton report for job {id}]"));
+        let meta = std::fs::metadata(&inbox).unwrap();
+        assert_eq!(
+            meta.uid(),
+            user.uid,
+            "{} written by uid {}",
+            inbox.display(),
+            meta.uid()
+        );
+        assert_eq!(meta.mode() & 0o777, 0o600);
+    }
+    // Bob cannot read Alice's report through the daemon either.
+    let out = as_user(&b, &bob, &["report", &a.to_string()]);
+    assert_eq!(out.code, 2, "{out:?}");
 
     // A job enters its working directory as its submitter, not as root: once only root may
     // pass through its parent, alice's job cannot get in.

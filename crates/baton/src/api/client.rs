@@ -147,12 +147,24 @@ impl Client {
         self.get(&format!("/jobs?ids={}&all={all}", ids.join(",")))
     }
 
+    /// The jobs of one agent session (`none`: submitted outside any agent session).
+    pub fn list_session(&self, session: &str, all: bool) -> Result<Vec<JobView>, ClientError> {
+        self.get(&format!(
+            "/jobs?session={}&all={all}",
+            percent_encode(session)
+        ))
+    }
+
+    pub fn report(&self, id: u64) -> Result<ReportResponse, ClientError> {
+        self.get(&format!("/jobs/{id}/report"))
+    }
+
     pub fn wait(&self, req: &WaitRequest) -> Result<WaitResponse, ClientError> {
         self.post("/wait", req)
     }
 
-    pub fn cancel(&self, ids: &[u64]) -> Result<CancelResponse, ClientError> {
-        self.post("/cancel", &CancelRequest { ids: ids.to_vec() })
+    pub fn cancel(&self, req: &CancelRequest) -> Result<CancelResponse, ClientError> {
+        self.post("/cancel", req)
     }
 
     pub fn events(&self, id: u64) -> Result<Vec<EventView>, ClientError> {
@@ -231,4 +243,16 @@ fn spawn_daemon(home: &Path) -> Result<(), ClientError> {
         home.display()
     );
     Ok(())
+}
+
+/// Encodes a query value: session ids are plain, but a pane like `%3` is not.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

@@ -45,6 +45,64 @@ pub struct SubmitRequest {
     /// The submitter's file-creation mask; the job runs with it.
     #[serde(default)]
     pub umask: Option<u32>,
+    /// Where to deliver the report when the job ends (DESIGN §5); empty means `auto`.
+    #[serde(default)]
+    pub notify: Vec<String>,
+    /// The agent session the submitter runs in, read from the submitter's environment.
+    #[serde(default)]
+    pub context: AgentContext,
+}
+
+/// What the submitting environment says about the agent session it runs in: where a report can
+/// wake it, and which session owns the job. Captured by the client from its own environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentContext {
+    /// `CLAUDE_CODE_SESSION_ID`.
+    #[serde(default)]
+    pub claude_session: Option<String>,
+    /// `CLAUDE_CODE_MESSAGING_SOCKET`: the session's inbox socket.
+    #[serde(default)]
+    pub claude_socket: Option<String>,
+    /// `CLAUDE_CODE_MESSAGING_TOKEN`: a secret; stored 0600, never returned.
+    #[serde(default)]
+    pub claude_token: Option<String>,
+    /// `CODEX_THREAD_ID`.
+    #[serde(default)]
+    pub codex_thread: Option<String>,
+    /// `TMUX`: the tmux server's socket, pid and session.
+    #[serde(default)]
+    pub tmux: Option<String>,
+    /// `TMUX_PANE`, e.g. `%3`.
+    #[serde(default)]
+    pub tmux_pane: Option<String>,
+}
+
+impl AgentContext {
+    /// Reads the context from this process's environment (empty values count as unset).
+    pub fn from_env() -> AgentContext {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        AgentContext {
+            claude_session: var("CLAUDE_CODE_SESSION_ID"),
+            claude_socket: var("CLAUDE_CODE_MESSAGING_SOCKET"),
+            claude_token: var("CLAUDE_CODE_MESSAGING_TOKEN"),
+            codex_thread: var("CODEX_THREAD_ID"),
+            tmux: var("TMUX"),
+            tmux_pane: var("TMUX_PANE"),
+        }
+    }
+
+    /// The agent session this context belongs to, as shown in job objects: `claude:ID`,
+    /// `codex:THREAD` or `tmux:PANE`; none for a plain shell outside tmux.
+    pub fn session(&self) -> Option<String> {
+        if let Some(id) = &self.claude_session {
+            return Some(format!("claude:{id}"));
+        }
+        if let Some(thread) = &self.codex_thread {
+            return Some(format!("codex:{thread}"));
+        }
+        self.tmux_pane.as_ref().map(|pane| format!("tmux:{pane}"))
+    }
 }
 
 /// The job object of DESIGN §3, plus a few fields beyond the contract.
@@ -76,6 +134,17 @@ pub struct JobView {
     pub after: Vec<u64>,
     pub after_any: Vec<u64>,
     pub tags: BTreeMap<String, String>,
+    /// Where the report goes when the job ends, as channel specs with secrets omitted.
+    pub notify: Vec<String>,
+    /// The agent session that submitted the job (`claude:ID`, `codex:THREAD`, `tmux:PANE`).
+    pub session: Option<String>,
+    /// For a queued job just submitted: how many queued jobs are ahead of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<usize>,
+    /// For a queued job just submitted: the earliest start the running jobs' time limits allow
+    /// (RFC 3339); absent when it cannot be predicted (a running job has no time limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_start: Option<String>,
 }
 
 /// `GET /v1/jobs?ids=1,2&all=true`: the named jobs, or the queue.
@@ -87,6 +156,10 @@ pub struct ListQuery {
     /// Every job the store holds, not only active and recently ended ones.
     #[serde(default)]
     pub all: bool,
+    /// Only jobs submitted from this agent session (`status --mine`); `none` for jobs
+    /// submitted outside any agent session.
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 /// `POST /v1/wait`: block until every named job has ended, or the timeout passes.
@@ -96,6 +169,9 @@ pub struct WaitRequest {
     pub ids: Vec<u64>,
     #[serde(default)]
     pub timeout_ms: Option<i64>,
+    /// Also return the report of each job that ended.
+    #[serde(default)]
+    pub reports: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -103,6 +179,35 @@ pub struct WaitResponse {
     /// False when the timeout passed first.
     pub done: bool,
     pub jobs: Vec<JobView>,
+    /// With `reports`: the markdown report of each ended job, in the order of `jobs`.
+    #[serde(default)]
+    pub reports: Vec<Option<String>>,
+}
+
+/// `GET /v1/jobs/{id}/report`: the end-of-run report (DESIGN §4).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReportResponse {
+    /// What `baton report ID` prints; also `jobs/<id>/report.md`.
+    pub markdown: String,
+    /// The structured report; also `jobs/<id>/report.json`.
+    pub report: baton_core::report::Report,
+    /// Where the markdown is stored.
+    pub path: String,
+    /// How the report went out through each channel.
+    pub deliveries: Vec<DeliveryView>,
+}
+
+/// One channel's delivery of a job's report.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeliveryView {
+    /// The channel spec, secrets omitted.
+    pub channel: String,
+    /// `pending`, `delivered`, `skipped` (the target is gone; other channels carry it) or
+    /// `failed` (gave up after retries).
+    pub state: String,
+    pub attempts: u32,
+    pub delivered_at: Option<String>,
+    pub error: Option<String>,
 }
 
 /// `POST /v1/cancel`.
@@ -110,6 +215,12 @@ pub struct WaitResponse {
 #[serde(deny_unknown_fields)]
 pub struct CancelRequest {
     pub ids: Vec<u64>,
+    /// Cancel even jobs that another agent session of the same user submitted.
+    #[serde(default)]
+    pub force: bool,
+    /// The caller's agent session (see `AgentContext::session`).
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

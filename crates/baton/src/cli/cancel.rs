@@ -3,16 +3,24 @@
 use std::process::ExitCode;
 
 use super::{client, print_json};
+use crate::api::{AgentContext, CancelRequest};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Jobs to cancel.
     #[arg(required = true)]
     ids: Vec<u64>,
+    /// Cancel even a job that another agent session of yours submitted.
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    let resp = client().cancel(&args.ids)?;
+    let resp = client().cancel(&CancelRequest {
+        ids: args.ids,
+        force: args.force,
+        session: AgentContext::from_env().session(),
+    })?;
     if json {
         print_json(&resp.jobs);
         return Ok(ExitCode::SUCCESS);

@@ -1,7 +1,8 @@
 //! `baton demo`: a self-contained tour. Starts a daemon on simulated GPUs in a temporary state
 //! directory, queues a handful of jobs (priorities, a dependency chain, GPU sharing, a failure and
-//! a dependency that fails because of it), shows the queue draining, shows what `baton wait`
-//! hands back to an agent, and cleans up.
+//! a dependency that fails because of it), shows the queue draining, shows an agent being woken
+//! with the failed job's report, and cleans up. The "agent" is the demo itself: it listens on an
+//! inbox socket that speaks Claude Code's inbox protocol, and blocks until the report arrives.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use anyhow::{Context, bail};
 
 use super::output;
 use crate::api::client::Client;
-use crate::api::{JobView, LogsQuery, SubmitRequest, WaitRequest};
+use crate::api::{AgentContext, SubmitRequest, WaitRequest};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -161,6 +162,7 @@ fn tour(home: &Path, gpu_count: u32) -> anyhow::Result<()> {
         std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
     );
     let mut ids: Vec<u64> = Vec::new();
+    let inbox = AgentInbox::open(&home.join("agent.sock"))?;
     println!(
         "\n$ baton submit ...   (10 jobs: priorities, --after chains, --gpu-mem sharing, one failure)"
     );
@@ -182,6 +184,12 @@ fn tour(home: &Path, gpu_count: u32) -> anyhow::Result<()> {
             time_limit_ms: job.time_limit_ms,
             cwd: work.display().to_string(),
             env: env.clone(),
+            // The failing run is submitted "from an agent session": its report wakes the agent.
+            context: if job.name == "broken-run" {
+                inbox.context()
+            } else {
+                AgentContext::default()
+            },
             ..SubmitRequest::default()
         };
         let view = client.submit(&req)?;
@@ -219,33 +227,111 @@ fn tour(home: &Path, gpu_count: u32) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(250));
     }
     println!(
-        "\n$ baton wait {}   (what an agent gets back when its jobs end)",
+        "\n$ baton wait --brief {}",
         ids.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")
     );
     let done = client.wait(&WaitRequest {
         ids: ids.clone(),
-        timeout_ms: Some(1_000),
+        timeout_ms: Some(5_000),
+        reports: false,
     })?;
     for job in &done.jobs {
         println!("{}", output::summary(job));
     }
-    if let Some(failed) = done.jobs.iter().find(|j: &&JobView| j.name == "broken-run") {
-        println!("\n$ baton logs {} --stderr", failed.id);
-        let mut body = client.logs(
-            failed.id,
-            &LogsQuery {
-                stderr: true,
-                tail: Some(5),
-                follow: false,
-            },
-        )?;
-        let mut text = Vec::new();
-        std::io::Read::read_to_end(&mut body, &mut text)?;
-        print!("{}", String::from_utf8_lossy(&text));
+    if let Some(failed) = done.jobs.iter().find(|j| j.name == "broken-run") {
+        let woken = inbox.received(Duration::from_secs(5));
+        let ended = failed
+            .ended_at
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339(t).ok());
+        match woken {
+            Some((at, text)) => {
+                let latency = ended
+                    .and_then(|e| at.duration_since(e).ok())
+                    .map(|d| format!("{} ms", d.as_millis()))
+                    .unwrap_or_else(|| "moments".into());
+                println!(
+                    "\nThe agent that submitted job {} (\"broken-run\") was asleep on its inbox socket. \
+                     {latency} after the job ended, baton woke it with this message:\n",
+                    failed.id
+                );
+                println!("{}", indent(&output::terminal_safe(&text)));
+            }
+            None => println!("\n(the demo agent's inbox got nothing; see the daemon log)"),
+        }
     }
     println!(
         "\ndone in {:.1}s. Try it for real: `baton submit --gpus 1 -- python train.py`, then `baton wait ID`.",
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The demo's stand-in for an agent session: a Unix socket speaking Claude Code's inbox protocol
+/// (an auth line with a token, then a user message), accepted on a thread that blocks until the
+/// report arrives. No polling: the agent sleeps until baton connects.
+struct AgentInbox {
+    path: PathBuf,
+    token: String,
+    got: std::sync::mpsc::Receiver<(std::time::SystemTime, String)>,
+}
+
+impl AgentInbox {
+    fn open(path: &Path) -> anyhow::Result<AgentInbox> {
+        let listener = std::os::unix::net::UnixListener::bind(path)
+            .with_context(|| format!("cannot listen on {}", path.display()))?;
+        let token = format!(
+            "{:032x}",
+            std::process::id() as u128 * 0x9e37_79b9_7f4a_7c15
+        );
+        let (tx, got) = std::sync::mpsc::channel();
+        let expected = token.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let mut lines = std::io::BufRead::lines(std::io::BufReader::new(conn));
+                let auth: Option<serde_json::Value> = lines
+                    .next()
+                    .and_then(|l| l.ok())
+                    .and_then(|l| serde_json::from_str(&l).ok());
+                if auth.as_ref().and_then(|a| a["token"].as_str()) != Some(expected.as_str()) {
+                    continue;
+                }
+                let message: Option<serde_json::Value> = lines
+                    .next()
+                    .and_then(|l| l.ok())
+                    .and_then(|l| serde_json::from_str(&l).ok());
+                if let Some(text) = message
+                    .as_ref()
+                    .and_then(|m| m["message"]["content"].as_str())
+                {
+                    let _ = tx.send((std::time::SystemTime::now(), text.to_string()));
+                }
+            }
+        });
+        Ok(AgentInbox {
+            path: path.to_path_buf(),
+            token,
+            got,
+        })
+    }
+
+    fn context(&self) -> AgentContext {
+        AgentContext {
+            claude_session: Some("demo-agent".into()),
+            claude_socket: Some(self.path.display().to_string()),
+            claude_token: Some(self.token.clone()),
+            ..AgentContext::default()
+        }
+    }
+
+    fn received(&self, within: Duration) -> Option<(std::time::SystemTime, String)> {
+        self.got.recv_timeout(within).ok()
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }

@@ -1,6 +1,7 @@
 //! The command line: one file per command. Each command parses its own arguments, talks to the
 //! daemon through `crate::api::client`, and prints human text or `--json`.
 
+pub mod agent;
 mod cancel;
 mod completions;
 mod demo;
@@ -8,6 +9,7 @@ mod events;
 mod gpus;
 mod logs;
 mod output;
+mod report;
 mod serve;
 mod status;
 mod submit;
@@ -44,6 +46,8 @@ pub enum Command {
     Cancel(cancel::Args),
     /// Print a job's output.
     Logs(logs::Args),
+    /// Print an ended job's report: how it ended, why, its metrics, files and last output.
+    Report(report::Args),
     /// A job's history: submitted, started, retries, cancel requests, its end.
     Events(events::Args),
     /// Show each GPU: model, memory, utilisation, and the jobs on it.
@@ -58,9 +62,15 @@ pub enum Command {
     /// Internal: the per-job supervisor the daemon starts.
     #[command(hide = true)]
     Supervise { dir: std::path::PathBuf },
+    /// Set an agent up for reliable wake-ups, and the hook that waits for its jobs.
+    #[command(subcommand)]
+    Agent(agent::Command),
     /// Internal: forks supervisors for the daemon (its stdin is the daemon's socket).
     #[command(hide = true)]
     Spawner,
+    /// Internal: one report delivery run as the job's owner by the system daemon.
+    #[command(hide = true)]
+    Deliver,
 }
 
 /// The exit code a command asks for without that being an error (DESIGN §3).
@@ -79,6 +89,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Supervise { dir } => Ok(crate::executor::supervisor::run(&dir)),
         Command::Spawner => Ok(ExitCode::from(crate::executor::spawner::serve() as u8)),
+        Command::Deliver => Ok(ExitCode::from(crate::daemon::deliver_from_stdin() as u8)),
+        Command::Agent(cmd) => agent::run(cmd, json),
+        Command::Report(args) => report::run(args, json),
         Command::Serve(args) => serve::run(args),
         Command::Completions { shell } => {
             completions::run(shell);

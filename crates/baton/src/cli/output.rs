@@ -128,3 +128,14 @@ pub fn summary(job: &JobView) -> String {
     }
     line
 }
+
+/// Text from the daemon made safe for a terminal: every control character but newline and tab
+/// dropped. Reports are sanitised when built; this keeps a terminal safe even from a report
+/// file altered since.
+pub fn terminal_safe(text: &str) -> String {
+    text.chars()
+        .filter(|&c| {
+            c == '\n' || c == '\t' || !(c.is_control() || ('\u{80}'..='\u{9f}').contains(&c))
+        })
+        .collect()
+}

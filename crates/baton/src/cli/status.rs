@@ -2,7 +2,8 @@
 
 use std::process::ExitCode;
 
-use super::{client, output, print_json};
+use super::{UsageError, client, output, print_json};
+use crate::api::AgentContext;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -11,10 +12,24 @@ pub struct Args {
     /// Every job the daemon remembers, however long ago it ended.
     #[arg(long)]
     all: bool,
+    /// Only the jobs this agent session submitted (Claude session, Codex thread or tmux pane;
+    /// outside any, the jobs submitted outside any).
+    #[arg(long)]
+    mine: bool,
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    let jobs = client().list(&args.ids, args.all)?;
+    let jobs = if args.mine {
+        if !args.ids.is_empty() {
+            return Err(UsageError("--mine lists a session's jobs; drop the ids".into()).into());
+        }
+        let session = AgentContext::from_env()
+            .session()
+            .unwrap_or_else(|| "none".into());
+        client().list_session(&session, args.all)?
+    } else {
+        client().list(&args.ids, args.all)?
+    };
     if json {
         print_json(&jobs);
     } else if jobs.is_empty() {

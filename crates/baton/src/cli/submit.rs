@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use baton_core::units::{parse_duration, parse_size};
 
 use super::{UsageError, print_json};
-use crate::api::SubmitRequest;
 use crate::api::client::{Client, ClientError};
+use crate::api::{AgentContext, JobView, SubmitRequest};
 use crate::paths;
 
 #[derive(Debug, clap::Args)]
@@ -45,6 +45,10 @@ pub struct Args {
     /// Working directory for the job (default: the current directory).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
+    /// Where to deliver the report when the job ends (repeatable): auto (default), claude,
+    /// codex[:THREAD], tmux[:PANE], webhook:URL, cmd:COMMAND, file:PATH.
+    #[arg(long, value_name = "SPEC")]
+    notify: Vec<String>,
     /// The command and its arguments.
     // No `allow_hyphen_values`: it made a mistyped option before the command (`--gpu 2 -- cmd`)
     // the command itself. Options after the program's name are still the command's own
@@ -92,6 +96,8 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         cwd: cwd.display().to_string(),
         env: std::env::vars().collect(),
         umask: Some(current_umask()),
+        notify: args.notify,
+        context: AgentContext::from_env(),
     };
     let client = Client::new(paths::client_socket());
     let job = match client.submit(&req) {
@@ -106,10 +112,43 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         println!("{}", job.id);
     }
-    eprintln!(
-        "baton: queued job {} ({}). `baton wait {}` blocks until it ends and prints how it ended; \
-         run it in the background to be told when it does.",
-        job.id, job.name, job.id
-    );
+    eprintln!("{}", note(&job));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The note on stderr: where the job stands in the queue, and that its report will come by
+/// itself, so an agent knows it can stop and need not poll.
+fn note(job: &JobView) -> String {
+    let standing = match (job.queue_position, &job.predicted_start) {
+        (Some(0), Some(at)) if starts_now(at) => "it starts now".to_string(),
+        (Some(0), Some(at)) => format!(
+            "it is next in line; predicted start {at} at the latest, when running jobs reach \
+             their time limits"
+        ),
+        (Some(0), None) => {
+            "it is next in line; no predicted start (a running job has no time limit)".to_string()
+        }
+        (Some(n), _) => format!(
+            "{n} queued job{} ahead of it",
+            if n == 1 { " is" } else { "s are" }
+        ),
+        (None, _) => String::new(),
+    };
+    let channels = job.notify.join(", ");
+    format!(
+        "baton: queued job {id} ({name}); {standing}.\n\
+         baton: when it ends, its report is delivered to {channels}. If you are an agent, you \
+         will be woken with it: no need to poll, sleep or check on the job. `baton wait {id}` \
+         blocks until it ends and prints the report.",
+        id = job.id,
+        name = job.name,
+    )
+}
+
+/// A predicted start within a second of now (RFC 3339 from the daemon's clock).
+fn starts_now(at: &str) -> bool {
+    humantime::parse_rfc3339(at).is_ok_and(|t| {
+        t.duration_since(std::time::SystemTime::now())
+            .map_or(true, |ahead| ahead.as_secs() < 1)
+    })
 }

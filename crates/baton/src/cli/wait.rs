@@ -1,5 +1,5 @@
 //! `baton wait ID... [--timeout DUR]`: blocks on the daemon (a held request, no polling) until
-//! every named job has ended, then prints how each ended. Exit 0 if all succeeded, 1 if any did
+//! every named job has ended, then prints each job's report (or, with --brief, one line each). Exit 0 if all succeeded, 1 if any did
 //! not, 124 if the timeout passed first. Survives a daemon restart by waiting again.
 
 use std::io::IsTerminal;
@@ -20,6 +20,9 @@ pub struct Args {
     /// Give up after this long (exit 124), e.g. 30m.
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     timeout: Option<i64>,
+    /// One line per job instead of its report.
+    #[arg(long)]
+    brief: bool,
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
@@ -49,6 +52,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         let req = WaitRequest {
             ids: args.ids.clone(),
             timeout_ms,
+            reports: !json && !args.brief,
         };
         match client.wait(&req) {
             Ok(resp) => break resp,
@@ -78,6 +82,16 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     }
     if json {
         print_json(&response.jobs);
+    } else if response.done && !args.brief {
+        for (i, job) in response.jobs.iter().enumerate() {
+            if i > 0 {
+                println!();
+            }
+            match response.reports.get(i).cloned().flatten() {
+                Some(report) => print!("{}", output::terminal_safe(&report)),
+                None => println!("{}", output::summary(job)),
+            }
+        }
     } else {
         for job in &response.jobs {
             println!("{}", output::summary(job));

@@ -6,9 +6,10 @@
 mod auth;
 mod error;
 mod handlers;
+mod outbox;
 mod views;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -16,10 +17,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use baton_core::{Gpu, JobId, JobState, Millis, PendingJob, RunningJob, WaitReason};
 use tokio::net::UnixListener;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::{Notify, watch};
 
 pub use auth::Peer;
 pub use error::ApiError;
+pub use outbox::deliver_from_stdin;
 
 use crate::executor::{
     ExitRecord, JobFiles, Launch, LocalExecutor, Recovery, RunAs, Watch, stop_supervisor,
@@ -49,7 +52,14 @@ pub struct Daemon {
     changed: watch::Sender<u64>,
     /// Flips to true when the daemon is shutting down, to end long-polls.
     shutting_down: watch::Sender<bool>,
+    /// Jobs that just ended, for the report builder.
+    ended: UnboundedSender<JobId>,
+    ended_rx: Mutex<Option<UnboundedReceiver<JobId>>>,
+    /// Wakes the outbox: a report is ready, or a delivery finished.
+    outbox_wake: Notify,
     executor: LocalExecutor,
+    /// The baton binary, for deliveries run as another user.
+    exe: PathBuf,
     probe: Box<dyn GpuProbe>,
     gpu_info: Vec<GpuInfo>,
     gpus: Vec<Gpu>,
@@ -65,6 +75,10 @@ struct Inner {
     waiting: HashMap<JobId, WaitReason>,
     /// A pidfd for the supervisor of each running job, to deliver cancels.
     supervisors: HashMap<JobId, OwnedFd>,
+    /// Ended jobs whose report is being built; `wait` returns once it is stored.
+    reports_pending: HashSet<JobId>,
+    /// Jobs whose deliveries are in flight, so the outbox never sends one twice at once.
+    delivering: HashSet<JobId>,
 }
 
 pub fn now_ms() -> Millis {
@@ -90,6 +104,7 @@ impl Daemon {
                 memory_total: g.memory_total,
             })
             .collect();
+        let (ended, ended_rx) = unbounded_channel();
         Ok(Arc::new(Daemon {
             config,
             inner: Mutex::new(Inner {
@@ -97,11 +112,17 @@ impl Daemon {
                 active,
                 waiting: HashMap::new(),
                 supervisors: HashMap::new(),
+                reports_pending: HashSet::new(),
+                delivering: HashSet::new(),
             }),
             wake: Notify::new(),
             changed: watch::Sender::new(0),
             shutting_down: watch::Sender::new(false),
-            executor: LocalExecutor::new(exe),
+            ended,
+            ended_rx: Mutex::new(Some(ended_rx)),
+            outbox_wake: Notify::new(),
+            executor: LocalExecutor::new(exe.clone()),
+            exe,
             probe,
             gpu_info,
             gpus,
@@ -132,6 +153,9 @@ impl Daemon {
         // already covered by the watch we set up for it or by the exit file it leaves.
         self.recover().await;
         let scheduler = tokio::spawn(self.clone().scheduler_loop());
+        let ended = self.ended_rx.lock().ok().and_then(|mut rx| rx.take());
+        let reports = ended.map(|rx| tokio::spawn(self.clone().report_loop(rx)));
+        let outbox = tokio::spawn(self.clone().outbox_loop());
         let app = handlers::router(self.clone());
         let me = self.clone();
         let result = axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
@@ -142,6 +166,10 @@ impl Daemon {
             })
             .await;
         scheduler.abort();
+        outbox.abort();
+        if let Some(reports) = reports {
+            reports.abort();
+        }
         result
     }
 
@@ -188,11 +216,7 @@ impl Daemon {
                     reason: Some(reason.clone()),
                     at: now,
                 };
-                if let Err(e) = inner.store.mark_ended(*id, &end) {
-                    tracing::error!(job = id.0, "cannot record dependency failure: {e}");
-                    continue;
-                }
-                inner.active.remove(id);
+                self.finish(&mut inner, *id, end);
                 cascade = true;
             }
             let starts: Vec<(JobId, Vec<u32>)> = plan
@@ -378,15 +402,23 @@ impl Daemon {
         self.finish(&mut inner, id, ending);
     }
 
-    /// Records a terminal state and frees the job's GPUs. Called with the lock held.
+    /// Records a terminal state with one pending delivery per channel, frees the job's GPUs,
+    /// and hands the job to the report builder. Called with the lock held.
     fn finish(&self, inner: &mut Inner, id: JobId, ending: Ending) {
-        if let Err(e) = inner.store.mark_ended(id, &ending) {
+        let channels = inner
+            .active
+            .get(&id)
+            .map(|j| j.notify.clone())
+            .unwrap_or_default();
+        if let Err(e) = inner.store.mark_ended(id, &ending, &channels) {
             // Degrade rather than wedge: the GPUs are freed now, and the supervisor's record
             // lets a restarted daemon record the end properly.
             tracing::error!(job = id.0, "cannot record the end of the job: {e}");
         }
         inner.active.remove(&id);
         inner.supervisors.remove(&id);
+        inner.reports_pending.insert(id);
+        let _ = self.ended.send(id);
         tracing::info!(job = id.0, state = %ending.state, reason = ending.reason.as_deref().unwrap_or(""), "job ended");
         self.notify_changed();
         self.wake();

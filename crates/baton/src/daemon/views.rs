@@ -44,5 +44,9 @@ pub fn job_view(job: &JobRecord) -> JobView {
         after: deps(DepKind::Success),
         after_any: deps(DepKind::Any),
         tags: job.tags.clone(),
+        notify: job.notify.iter().map(|c| c.public_spec()).collect(),
+        session: job.session.clone(),
+        queue_position: None,
+        predicted_start: None,
     }
 }

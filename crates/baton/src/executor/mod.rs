@@ -78,6 +78,10 @@ pub struct ExitRecord {
     /// The command could not be started at all.
     pub error: Option<String>,
     pub ended_at: i64,
+    /// The kernel's count of OOM kills (`oom_kill` in /proc/vmstat) when the job ended; with
+    /// the count at its start, tells a SIGKILL from the OOM killer apart from any other.
+    #[serde(default)]
+    pub oom_kills: Option<u64>,
 }
 
 /// One line of the supervisor's record.
@@ -95,6 +99,9 @@ pub enum SupervisorEvent {
         /// recovering daemon never kills a process group that reused the number.
         #[serde(default)]
         started: Option<u64>,
+        /// `oom_kill` from /proc/vmstat when the job started.
+        #[serde(default)]
+        oom_kills: Option<u64>,
     },
     Exited(ExitRecord),
 }
@@ -138,6 +145,12 @@ impl JobFiles {
     pub fn stderr(&self) -> PathBuf {
         self.dir.join("stderr")
     }
+    pub fn report_json(&self) -> PathBuf {
+        self.dir.join("report.json")
+    }
+    pub fn report_md(&self) -> PathBuf {
+        self.dir.join("report.md")
+    }
 
     /// The complete lines of the supervisor's record (a line still being written is skipped).
     pub fn events(&self) -> Vec<SupervisorEvent> {
@@ -179,6 +192,7 @@ impl JobFiles {
                     attempt: a,
                     pgid,
                     started,
+                    ..
                 } if a == attempt => {
                     if let Some(r) = record.as_mut() {
                         r.pgid = Some(pgid);
@@ -361,6 +375,41 @@ fn kill_group_of(files: &JobFiles, attempt: u32) {
     }
 }
 
+/// How many processes the kernel's OOM killer has killed since boot (`oom_kill` in
+/// /proc/vmstat, Linux 4.13+).
+pub fn oom_kill_count() -> Option<u64> {
+    let vmstat = fs::read_to_string("/proc/vmstat").ok()?;
+    vmstat
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// Whether the kernel's OOM killer acted while `attempt` ran: the job died of SIGKILL and the
+/// kernel's count of OOM kills went up meanwhile. (Another process may have been the victim on
+/// a busy machine; the report words it as likely, not certain.)
+pub fn oom_killed(files: &JobFiles, attempt: u32) -> bool {
+    let mut at_start = None;
+    let mut exit = None;
+    for event in files.events() {
+        match event {
+            SupervisorEvent::Spawned {
+                attempt: a,
+                oom_kills,
+                ..
+            } if a == attempt => at_start = oom_kills,
+            SupervisorEvent::Exited(e) if e.attempt == attempt => exit = Some(e),
+            _ => {}
+        }
+    }
+    match (at_start, exit) {
+        (Some(before), Some(e)) => {
+            e.signal == Some(9) && !e.cancelled && !e.timed_out && e.oom_kills > Some(before)
+        }
+        _ => false,
+    }
+}
+
 /// A process's start time in clock ticks since boot: field 22 of `/proc/PID/stat`.
 pub fn process_start_time(pid: i32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -385,5 +434,51 @@ pub fn kill_group(pgid: i32, sig: rustix::process::Signal) -> bool {
     match rustix::process::Pid::from_raw(pgid) {
         Some(pgid) => rustix::process::kill_process_group(pgid, sig).is_ok(),
         None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exit(signal: Option<i32>, oom_kills: Option<u64>) -> SupervisorEvent {
+        SupervisorEvent::Exited(ExitRecord {
+            attempt: 1,
+            exit_code: None,
+            signal,
+            timed_out: false,
+            cancelled: false,
+            error: None,
+            ended_at: 5,
+            oom_kills,
+        })
+    }
+
+    fn record(events: &[SupervisorEvent]) -> (tempfile::TempDir, JobFiles) {
+        let dir = tempfile::tempdir().unwrap();
+        let files = JobFiles::new(dir.path().to_path_buf());
+        let file = fs::File::create(files.supervisor()).unwrap();
+        for e in events {
+            append_event(&file, e).unwrap();
+        }
+        (dir, files)
+    }
+
+    #[test]
+    fn the_oom_killer_is_blamed_only_for_a_sigkill_while_its_count_went_up() {
+        let spawned = |count| SupervisorEvent::Spawned {
+            attempt: 1,
+            pgid: 42,
+            started: Some(1),
+            oom_kills: Some(count),
+        };
+        let (_d, files) = record(&[spawned(3), exit(Some(9), Some(4))]);
+        assert!(oom_killed(&files, 1));
+        let (_d, files) = record(&[spawned(3), exit(Some(9), Some(3))]);
+        assert!(!oom_killed(&files, 1), "no OOM kill happened meanwhile");
+        let (_d, files) = record(&[spawned(3), exit(Some(15), None)]);
+        assert!(!oom_killed(&files, 1), "not a SIGKILL");
+        let (_d, files) = record(&[spawned(3), exit(Some(9), Some(9))]);
+        assert!(!oom_killed(&files, 2), "another attempt");
     }
 }

@@ -85,9 +85,14 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
         cancelled: false,
         error: None,
         ended_at: 0,
+        oom_kills: None,
     };
     let finish = |mut exit: ExitRecord| {
         exit.ended_at = now_ms();
+        // Only a SIGKILL can be the OOM killer's; reading /proc/vmstat is not free.
+        if exit.signal == Some(9) {
+            exit.oom_kills = super::oom_kill_count();
+        }
         exit
     };
     // Signal handlers before the record that cancel reads to find us: from then on a SIGTERM may
@@ -126,6 +131,7 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
             attempt: launch.attempt,
             pgid,
             started: super::process_start_time(pgid),
+            oom_kills: super::oom_kill_count(),
         },
     );
     let grace = Duration::from_millis(launch.grace_ms.max(0) as u64);

@@ -10,6 +10,8 @@ use std::path::Path;
 use baton_core::{DepKind, Dependency, GpuRequest, JobId, JobState, Millis};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use crate::notify::Channel;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database error: {0}")]
@@ -52,6 +54,10 @@ pub struct JobRecord {
     pub cancel_requested_by: Option<String>,
     /// The submitter's umask, applied to the job.
     pub umask: Option<u32>,
+    /// Where the report goes when the job ends.
+    pub notify: Vec<Channel>,
+    /// The agent session that submitted the job (`claude:ID`, `codex:THREAD`, `tmux:PANE`).
+    pub session: Option<String>,
 }
 
 /// A job as submitted, before it has an id.
@@ -71,6 +77,8 @@ pub struct NewJob {
     pub tags: BTreeMap<String, String>,
     pub submitted_at: Millis,
     pub umask: Option<u32>,
+    pub notify: Vec<Channel>,
+    pub session: Option<String>,
 }
 
 /// How an attempt ended.
@@ -81,6 +89,50 @@ pub struct Ending {
     pub signal: Option<i32>,
     pub reason: Option<String>,
     pub at: Millis,
+}
+
+/// One report delivery through one channel: a row of the outbox.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delivery {
+    pub id: i64,
+    pub job: JobId,
+    pub channel: Channel,
+    pub state: DeliveryState,
+    pub attempts: u32,
+    pub next_at: Millis,
+    pub error: Option<String>,
+    pub delivered_at: Option<Millis>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeliveryState {
+    /// Not delivered yet; tried again at `next_at`.
+    Pending,
+    Delivered,
+    /// The target is gone (the agent session ended); other channels carry the report.
+    Skipped,
+    /// Given up after repeated failures.
+    Failed,
+}
+
+impl DeliveryState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Skipped => "skipped",
+            DeliveryState::Failed => "failed",
+        }
+    }
+
+    fn parse(text: &str) -> DeliveryState {
+        match text {
+            "delivered" => DeliveryState::Delivered,
+            "skipped" => DeliveryState::Skipped,
+            "failed" => DeliveryState::Failed,
+            _ => DeliveryState::Pending,
+        }
+    }
 }
 
 /// One row of the event log.
@@ -98,7 +150,7 @@ pub struct Store {
 
 const COLUMNS: &str = "id, name, state, command, cwd, env, owner_uid, owner, priority, gpus_requested, \
      gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, started_at, ended_at, \
-     exit_code, signal, reason, gpus, workflow_id, cancel_requested_by, umask";
+     exit_code, signal, reason, gpus, workflow_id, cancel_requested_by, umask, notify, session";
 
 impl Store {
     /// Opens (creating and migrating as needed) the database at `path`.
@@ -123,10 +175,13 @@ impl Store {
             program.rsplit('/').next().unwrap_or(program).to_string()
         });
         let tx = self.conn.transaction()?;
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO jobs (name, state, command, cwd, env, owner_uid, owner, priority, \
-             gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus, umask) \
-             VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]', ?15)",
+             gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus, umask, \
+             notify, session) \
+             VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]', ?15, ?16, ?17)",
+        )?
+        .execute(
             params![
                 name,
                 json(&job.command),
@@ -143,6 +198,8 @@ impl Store {
                 json(&job.tags),
                 job.submitted_at,
                 job.umask,
+                json(&job.notify),
+                job.session,
             ],
         )?;
         let id = tx.last_insert_rowid() as u64;
@@ -174,16 +231,15 @@ impl Store {
             workflow_id: None,
             cancel_requested_by: None,
             umask: job.umask,
+            notify: job.notify.clone(),
+            session: job.session.clone(),
         })
     }
 
     pub fn get(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
         self.conn
-            .query_row(
-                &format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"),
-                [id.0 as i64],
-                read_row,
-            )
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"))?
+            .query_row([id.0 as i64], read_row)
             .optional()?
             .transpose()
     }
@@ -255,9 +311,11 @@ impl Store {
     ) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
         for (id, gpus) in starts {
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE jobs SET state = 'running', gpus = ?1, started_at = ?2, attempt = attempt + 1, \
                  reason = NULL, exit_code = NULL, signal = NULL, ended_at = NULL WHERE id = ?3",
+            )?
+            .execute(
                 params![json(gpus), at, id.0 as i64],
             )?;
             log_event(&tx, id.0, at, "started", &format!("gpus {gpus:?}"))?;
@@ -266,21 +324,31 @@ impl Store {
         Ok(())
     }
 
-    /// Records the end of a job (or of a queued job that will never run).
-    pub fn mark_ended(&mut self, id: JobId, end: &Ending) -> Result<(), StoreError> {
+    /// Records the end of a job (or of a queued job that will never run) and, in the same
+    /// transaction, one pending delivery of its report per channel: a crash right after this
+    /// commit still delivers every report, and a crash before it leaves the job to recovery.
+    pub fn mark_ended(
+        &mut self,
+        id: JobId,
+        end: &Ending,
+        channels: &[Channel],
+    ) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
-        tx.execute(
+        for channel in channels {
+            insert_delivery(&tx, id, channel, end.at)?;
+        }
+        tx.prepare_cached(
             "UPDATE jobs SET state = ?1, exit_code = ?2, signal = ?3, reason = ?4, ended_at = ?5 \
              WHERE id = ?6",
-            params![
-                end.state.as_str(),
-                end.exit_code,
-                end.signal,
-                end.reason,
-                end.at,
-                id.0 as i64
-            ],
-        )?;
+        )?
+        .execute(params![
+            end.state.as_str(),
+            end.exit_code,
+            end.signal,
+            end.reason,
+            end.at,
+            id.0 as i64
+        ])?;
         log_event(
             &tx,
             id.0,
@@ -329,13 +397,131 @@ impl Store {
         at: Millis,
     ) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
-        tx.execute(
-            "UPDATE jobs SET cancel_requested_by = ?1 WHERE id = ?2",
-            params![by, id.0 as i64],
-        )?;
+        tx.prepare_cached("UPDATE jobs SET cancel_requested_by = ?1 WHERE id = ?2")?
+            .execute(params![by, id.0 as i64])?;
         log_event(&tx, id.0, at, "cancel-requested", by)?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// Pending deliveries due at `now`, oldest first, at most `limit`.
+    pub fn due_deliveries(&self, now: Millis, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+        self.deliveries_where(
+            "WHERE state = 'pending' AND next_at <= ?1 ORDER BY next_at, id LIMIT ?2",
+            params![now, limit as i64],
+        )
+    }
+
+    /// When the next pending delivery falls due, if any is pending.
+    pub fn next_delivery_at(&self) -> Result<Option<Millis>, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT MIN(next_at) FROM deliveries WHERE state = 'pending'")?
+            .query_row([], |r| r.get(0))?)
+    }
+
+    /// Every delivery of a job's report, in channel order.
+    pub fn deliveries(&self, job: JobId) -> Result<Vec<Delivery>, StoreError> {
+        self.deliveries_where("WHERE job_id = ?1 ORDER BY id", params![job.0 as i64])
+    }
+
+    fn deliveries_where(
+        &self,
+        clause: &str,
+        args: impl rusqlite::Params,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT id, job_id, channel, state, attempts, next_at, error, delivered_at \
+             FROM deliveries {clause}"
+        ))?;
+        let rows = stmt.query_map(args, |r| {
+            let job = r.get::<_, i64>(1)? as u64;
+            let channel: String = r.get(2)?;
+            let state: String = r.get(3)?;
+            Ok((
+                job,
+                channel,
+                Delivery {
+                    id: r.get(0)?,
+                    job: JobId(job),
+                    channel: Channel::File {
+                        path: String::new(),
+                    },
+                    state: DeliveryState::parse(&state),
+                    attempts: r.get(4)?,
+                    next_at: r.get(5)?,
+                    error: r.get(6)?,
+                    delivered_at: r.get(7)?,
+                },
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (job, channel, mut delivery) = row?;
+            delivery.channel = serde_json::from_str(&channel).map_err(|e| StoreError::Corrupt {
+                id: job,
+                detail: format!("delivery {}: {e}", delivery.id),
+            })?;
+            out.push(delivery);
+        }
+        Ok(out)
+    }
+
+    /// Records the outcome of one delivery attempt: its new state, and for a retry when.
+    pub fn record_delivery(
+        &mut self,
+        id: i64,
+        state: DeliveryState,
+        next_at: Millis,
+        error: Option<&str>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        self.conn.prepare_cached(
+            "UPDATE deliveries SET state = ?1, attempts = attempts + 1, next_at = ?2, error = ?3, \
+             delivered_at = CASE WHEN ?1 = 'delivered' THEN ?4 ELSE delivered_at END WHERE id = ?5",
+        )?
+        .execute(
+            params![state.as_str(), next_at, error, now, id],
+        )?;
+        Ok(())
+    }
+
+    /// Adds a delivery for a job that has ended (the inbox fallback when its agent session is
+    /// gone), unless the job already has one through that channel.
+    pub fn add_delivery(
+        &mut self,
+        job: JobId,
+        channel: &Channel,
+        now: Millis,
+    ) -> Result<bool, StoreError> {
+        let existing = self.deliveries(job)?;
+        if existing.iter().any(|d| &d.channel == channel) {
+            return Ok(false);
+        }
+        let tx = self.conn.transaction()?;
+        insert_delivery(&tx, job, channel, now)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    /// Jobs of `session` (or, for `None`, jobs submitted outside any agent session) that are
+    /// active or ended at or after `since`.
+    pub fn by_session(
+        &self,
+        session: Option<&str>,
+        since: Millis,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let recent = "(state IN ('queued', 'running') OR ended_at >= ?1)";
+        match session {
+            Some(s) => self.select(
+                &format!("WHERE session = ?2 AND {recent} ORDER BY id"),
+                params![since, s],
+            ),
+            None => self.select(
+                &format!("WHERE session IS NULL AND {recent} ORDER BY id"),
+                params![since],
+            ),
+        }
     }
 
     pub fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
@@ -354,6 +540,19 @@ impl Store {
     }
 }
 
+fn insert_delivery(
+    tx: &rusqlite::Transaction<'_>,
+    job: JobId,
+    channel: &Channel,
+    at: Millis,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO deliveries (job_id, channel, state, next_at) VALUES (?1, ?2, 'pending', ?3)",
+    )?
+    .execute(params![job.0 as i64, json(channel), at])?;
+    Ok(())
+}
+
 fn log_event(
     tx: &rusqlite::Transaction<'_>,
     id: u64,
@@ -361,10 +560,8 @@ fn log_event(
     kind: &str,
     detail: &str,
 ) -> Result<(), StoreError> {
-    tx.execute(
-        "INSERT INTO events (job_id, at, kind, detail) VALUES (?1, ?2, ?3, ?4)",
-        params![id as i64, at, kind, detail],
-    )?;
+    tx.prepare_cached("INSERT INTO events (job_id, at, kind, detail) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![id as i64, at, kind, detail])?;
     Ok(())
 }
 
@@ -455,6 +652,8 @@ fn read_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRecord, StoreError>> {
             workflow_id: r.get::<_, Option<i64>>(23)?.map(|w| w as u64),
             cancel_requested_by: r.get(24)?,
             umask: r.get(25)?,
+            notify: from(parse(26, "notify")?, "notify", id)?,
+            session: r.get(27)?,
         })
     };
     Ok(build())
@@ -483,6 +682,10 @@ mod tests {
             tags: BTreeMap::from([("protect".into(), "true".into())]),
             submitted_at: 1_000,
             umask: Some(0o022),
+            notify: vec![Channel::File {
+                path: "/tmp/inbox.md".into(),
+            }],
+            session: Some("tmux:%1".into()),
         }
     }
 
@@ -518,6 +721,7 @@ mod tests {
                     reason: Some("exit code 3".into()),
                     at: 5_000,
                 },
+                &job.notify,
             )
             .unwrap();
         let ended = store.get(job.id).unwrap().unwrap();

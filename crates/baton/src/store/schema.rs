@@ -45,6 +45,23 @@ const MIGRATIONS: &[&str] = &[
         detail TEXT NOT NULL
     );
     CREATE INDEX events_job ON events (job_id);",
+    // 2: where each job's report goes (channels may hold secrets: the database is 0600), the
+    // agent session that submitted it, and the outbox: one row per (job, channel) delivery.
+    "ALTER TABLE jobs ADD COLUMN notify TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE jobs ADD COLUMN session TEXT;
+    CREATE INDEX jobs_session ON jobs (session);
+    CREATE TABLE deliveries (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL REFERENCES jobs (id),
+        channel TEXT NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_at INTEGER NOT NULL,
+        error TEXT,
+        delivered_at INTEGER
+    );
+    CREATE INDEX deliveries_job ON deliveries (job_id);
+    CREATE INDEX deliveries_pending ON deliveries (next_at) WHERE state = 'pending';",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

@@ -219,6 +219,14 @@ impl Baton {
         cmd.args(args)
             .env("BATON_HOME", &self.home)
             .env_remove("BATON_SIM_GPUS")
+            // The agent session the tests run in (a developer's tmux, Claude Code, Codex) must
+            // never receive the tests' reports: each test sets the context it means to test.
+            .env_remove("CLAUDE_CODE_SESSION_ID")
+            .env_remove("CLAUDE_CODE_MESSAGING_SOCKET")
+            .env_remove("CLAUDE_CODE_MESSAGING_TOKEN")
+            .env_remove("CODEX_THREAD_ID")
+            .env_remove("TMUX")
+            .env_remove("TMUX_PANE")
             .current_dir(&self.work)
             .stdin(Stdio::null());
         match &self.socket {

@@ -32,12 +32,35 @@ pub async fn handle(
         let current = daemon.views(&ids)?;
         let mut inner = daemon.lock();
         for view in &current {
-            if let Some(job) = inner.active.get(&JobId(view.id))
-                && !peer.may_act_on(job)
-            {
+            let Some(job) = inner.active.get(&JobId(view.id)) else {
+                continue;
+            };
+            if !peer.may_act_on(job) {
                 return Err(ApiError::Forbidden(format!(
                     "job {} belongs to {}; you can cancel only your own jobs",
                     job.id, job.owner
+                )));
+            }
+            // Parallel agents of one user must not kill each other's experiments by mistake:
+            // an agent session may cancel another session's job only when it insists.
+            if let (Some(mine), Some(theirs)) = (&req.session, &job.session)
+                && mine != theirs
+                && !req.force
+            {
+                let age = match job.started_at {
+                    Some(t) => format!(
+                        "has run for {}",
+                        baton_core::units::format_duration((now - t).max(0))
+                    ),
+                    None => format!(
+                        "has been queued for {}",
+                        baton_core::units::format_duration((now - job.submitted_at).max(0))
+                    ),
+                };
+                return Err(ApiError::Conflict(format!(
+                    "job {} was submitted by another agent session ({theirs}) and {age}; \
+                     cancel it anyway with --force",
+                    job.id
                 )));
             }
         }
@@ -54,8 +77,7 @@ pub async fn handle(
                         reason: Some(format!("cancelled by {by} before it started")),
                         at: now,
                     };
-                    inner.store.mark_ended(*id, &end)?;
-                    inner.active.remove(id);
+                    daemon.finish(&mut inner, *id, end);
                 }
                 JobState::Running => {
                     if job.cancel_requested_by.is_none() {

@@ -19,6 +19,22 @@ pub async fn handle(
         return Ok(Json(daemon.views(&ids)?));
     }
     let inner = daemon.lock();
+    if let Some(session) = &query.session {
+        // `status --mine`: this session's jobs, live copies for the active ones.
+        let since = if query.all {
+            i64::MIN
+        } else {
+            now_ms() - daemon.config.recent_ms
+        };
+        let session = (session != "none").then_some(session.as_str());
+        let mut jobs = inner.store.by_session(session, since)?;
+        for job in jobs.iter_mut() {
+            if let Some(live) = inner.active.get(&job.id) {
+                *job = live.clone();
+            }
+        }
+        return Ok(Json(jobs.iter().map(job_view).collect()));
+    }
     let mut jobs = if query.all {
         inner.store.all()?
     } else {

@@ -7,6 +7,7 @@ mod gpus;
 mod info;
 mod list;
 mod logs;
+mod report;
 mod submit;
 mod wait;
 
@@ -23,6 +24,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/jobs", post(submit::handle).get(list::handle))
         .route("/jobs/{id}/logs", get(logs::handle))
         .route("/jobs/{id}/events", get(events::handle))
+        .route("/jobs/{id}/report", get(report::handle))
         .route("/wait", post(wait::handle))
         .route("/cancel", post(cancel::handle))
         .route("/gpus", get(gpus::handle));

@@ -9,9 +9,10 @@ use axum::extract::{ConnectInfo, State};
 use baton_core::{DepKind, Dependency, GpuRequest, JobId, admission};
 
 use crate::api::{JobView, SubmitRequest};
-use crate::daemon::views::job_view;
-use crate::daemon::{ApiError, Daemon, Peer, now_ms};
-use crate::store::NewJob;
+use crate::daemon::views::{job_view, rfc3339};
+use crate::daemon::{ApiError, Daemon, Inner, Peer, now_ms};
+use crate::notify;
+use crate::store::{JobRecord, NewJob};
 use crate::users;
 
 pub async fn handle(
@@ -20,7 +21,7 @@ pub async fn handle(
     Json(req): Json<SubmitRequest>,
 ) -> Result<Json<JobView>, ApiError> {
     let job = validate(&daemon, &peer, req)?;
-    let record = {
+    let view = {
         let mut inner = daemon.lock();
         for dep in &job.deps {
             if !inner.active.contains_key(&dep.job) && inner.store.get(dep.job)?.is_none() {
@@ -33,10 +34,58 @@ pub async fn handle(
         }
         let record = inner.store.insert(&job)?;
         inner.active.insert(record.id, record.clone());
-        record
+        let mut view = job_view(&record);
+        let (position, start) = queue_outlook(&daemon, &inner, &record);
+        view.queue_position = Some(position);
+        view.predicted_start = start.map(rfc3339);
+        view
     };
     daemon.wake();
-    Ok(Json(job_view(&record)))
+    Ok(Json(view))
+}
+
+/// Where a job just queued stands: how many queued jobs go before it (higher priority, or the
+/// same priority and earlier), and, when none does, the earliest moment the running jobs' time
+/// limits guarantee room for it (now, if it fits now). With jobs ahead, or a running job without a
+/// time limit in the way, there is no honest prediction.
+fn queue_outlook(daemon: &Daemon, inner: &Inner, job: &JobRecord) -> (usize, Option<i64>) {
+    let ahead = inner
+        .active
+        .values()
+        .filter(|j| {
+            j.state == baton_core::JobState::Queued
+                && j.id != job.id
+                && (j.priority > job.priority || (j.priority == job.priority && j.id < job.id))
+        })
+        .count();
+    if ahead > 0 {
+        return (ahead, None);
+    }
+    let running: Vec<baton_core::RunningJob> = inner
+        .active
+        .values()
+        .filter(|j| j.state == baton_core::JobState::Running)
+        .map(|j| baton_core::RunningJob {
+            id: j.id,
+            gpus: j.gpus.clone(),
+            request: j.request,
+            ends_by: j.time_limit.zip(j.started_at).map(|(l, s)| s + l),
+        })
+        .collect();
+    let now = now_ms();
+    let mut held = baton_core::placement::Occupancy::new(&daemon.gpus);
+    for r in &running {
+        // Already validated when it started; a mismatch only makes the outlook pessimistic.
+        let _ = held.hold(&r.gpus, &r.request);
+    }
+    let fits_now = held.choose(&job.request).is_some();
+    if fits_now {
+        return (0, Some(now));
+    }
+    (
+        0,
+        baton_core::earliest_start(&daemon.gpus, &running, &job.request).map(|t| t.max(now)),
+    )
 }
 
 fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, ApiError> {
@@ -97,7 +146,13 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
             }
         }
     }
+    let inbox = daemon.inbox_for(peer.uid, &req.env);
+    let notify = notify::resolve(&req.notify, &req.context, &inbox, &req.cwd)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let session = req.context.session();
     Ok(NewJob {
+        notify,
+        session,
         name: req.name,
         command: req.command,
         cwd: req.cwd,

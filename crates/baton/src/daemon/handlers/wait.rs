@@ -30,14 +30,37 @@ pub async fn handle(
     loop {
         changed.borrow_and_update();
         let jobs = daemon.views(&ids)?;
-        let done = jobs.iter().all(|j| {
+        let ended = |j: &crate::api::JobView| {
             j.state
                 .parse::<JobState>()
                 .map(JobState::is_terminal)
                 .unwrap_or(true)
-        });
+        };
+        // Done when every job has ended and its report is stored, so what `wait` prints is
+        // the report the channels deliver.
+        let done = jobs.iter().all(ended) && {
+            let inner = daemon.lock();
+            ids.iter().all(|id| !inner.reports_pending.contains(id))
+        };
         if done {
-            return Ok(Json(WaitResponse { done, jobs }));
+            let reports = if req.reports {
+                let me = daemon.clone();
+                let ids = ids.clone();
+                tokio::task::spawn_blocking(move || {
+                    ids.iter()
+                        .map(|id| me.report_of(*id).map(|b| b.markdown))
+                        .collect()
+                })
+                .await
+                .map_err(|e| ApiError::Internal(e.to_string()))?
+            } else {
+                Vec::new()
+            };
+            return Ok(Json(WaitResponse {
+                done,
+                jobs,
+                reports,
+            }));
         }
         let timeout = async {
             match deadline {
@@ -50,7 +73,7 @@ pub async fn handle(
             _ = shutting_down.wait_for(|s| *s) => {
                 return Err(ApiError::Unavailable("the daemon is shutting down; wait again once it is back".into()));
             }
-            _ = timeout => return Ok(Json(WaitResponse { done: false, jobs })),
+            _ = timeout => return Ok(Json(WaitResponse { done: false, jobs, reports: Vec::new() })),
         }
     }
 }

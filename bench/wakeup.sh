@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Wake-up latency: from a job's exit to its report arriving through a channel, over JOBS jobs,
+# for `cmd:` and for a real tmux pane; then the cost of the report for a job that printed 1 GB.
+# See docs/benchmarks.md for what is measured and the recorded results.
+#
+#   bench/wakeup.sh                 # JOBS=100, both channels, then the 1 GB report
+#   JOBS=20 SKIP_BIG=1 bench/wakeup.sh
+#
+# Timing: each job's last act is to write its own clock (date +%s%N) to a file, then exit; the
+# channel's receiver writes its clock when the report arrives. Latency = arrival - exit, both on
+# this machine's clock, in ms. Jobs run one after another, so no delivery queues behind another.
+set -euo pipefail
+
+JOBS=${JOBS:-100}
+SKIP_BIG=${SKIP_BIG:-0}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BATON=${BATON:-$root/target/release/baton}
+[ -x "$BATON" ] || (cd "$root" && cargo build --release -p baton-gpu >&2)
+unset BATON_SOCKET BATON_SIM_GPUS CLAUDE_CODE_SESSION_ID CLAUDE_CODE_MESSAGING_SOCKET \
+    CLAUDE_CODE_MESSAGING_TOKEN CODEX_THREAD_ID TMUX TMUX_PANE || true
+for tool in awk python3 tmux; do command -v $tool >/dev/null || { echo "needs $tool" >&2; exit 1; }; done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/baton-wakeup.XXXXXX")
+export BATON_HOME=$work/home
+daemon=
+cleanup() {
+    [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
+    tmux -S "$work/tmux.sock" kill-server 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+mkdir -p "$BATON_HOME" "$work/run"
+cd "$work/run"
+"$BATON" serve --sim-gpus 1 2>"$work/daemon.log" &
+daemon=$!
+for _ in $(seq 200); do [ -S "$BATON_HOME/baton.sock" ] && break; sleep 0.05; done
+
+# p50, p99, max and mean of a file of latencies in ms.
+stats() {
+    sort -n "$1" | awk '{ v[NR] = $1; s += $1 } END {
+        p50 = v[int((NR - 1) * 0.50) + 1]; p99 = v[int((NR - 1) * 0.99) + 1]
+        printf "n=%d p50=%.1f ms p99=%.1f ms max=%.1f ms mean=%.1f ms\n", NR, p50, p99, v[NR], s / NR }'
+}
+
+# One job at a time: submit, wait for its arrival file, compute arrival - exit.
+measure() { # channel-spec arrivals-dir label
+    local spec=$1 arrivals=$2 label=$3 i id
+    local lat=$work/$label.ms
+    : >"$lat"
+    for i in $(seq "$JOBS"); do
+        id=$("$BATON" submit --notify "$spec" -- sh -c "echo loss=0.$i; date +%s%N > $work/exit.$i" 2>/dev/null)
+        for _ in $(seq 1000); do [ -s "$arrivals/$id" ] && break; sleep 0.01; done
+        [ -s "$arrivals/$id" ] || { echo "$label: job $id never arrived; daemon log:" >&2; tail -5 "$work/daemon.log" >&2; exit 1; }
+        awk -v a="$(cat "$arrivals/$id")" -v e="$(cat "$work/exit.$i")" 'BEGIN { printf "%.3f\n", (a - e) / 1e6 }' >>"$lat"
+    done
+    printf "%-5s exit -> report arrived: " "$label"; stats "$lat"
+}
+
+mkdir -p "$work/cmd"
+measure "cmd:date +%s%N > $work/cmd/\$BATON_JOB_ID" "$work/cmd" cmd
+
+# A pane whose program timestamps each report's end marker as it arrives (the paste), by job id.
+mkdir -p "$work/tmux"
+cat >"$work/reader.py" <<'PY'
+import os, re, sys, time, termios
+# Raw input, no echo: bytes arrive as tmux pastes them, as an agent's TUI reads them.
+fd = sys.stdin.fileno()
+attrs = termios.tcgetattr(fd)
+attrs[3] &= ~(termios.ECHO | termios.ICANON)
+termios.tcsetattr(fd, termios.TCSANOW, attrs)
+seen = b""
+while True:
+    seen = (seen + os.read(fd, 65536))[-200:]
+    now = time.time_ns()
+    for job in re.findall(rb"\[end of baton report for job (\d+)\]", seen):
+        path = sys.argv[1] + "/" + job.decode()
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                f.write(str(now))
+PY
+tmux -S "$work/tmux.sock" new-session -d -x 200 -y 50 python3 "$work/reader.py" "$work/tmux"
+pane=$(tmux -S "$work/tmux.sock" display-message -p '#{pane_id}')
+# Until the reader runs, the pane's foreground is a shell, which baton never types into.
+for _ in $(seq 500); do
+    [ "$(tmux -S "$work/tmux.sock" display-message -p -t "$pane" '#{pane_current_command}')" = python3 ] && break
+    sleep 0.01
+done
+export TMUX="$work/tmux.sock,1,0" TMUX_PANE=$pane
+measure "tmux" "$work/tmux" tmux
+unset TMUX TMUX_PANE
+echo "(tmux: measured when the pasted text reaches the pane's program; Enter follows 500 ms later by design)"
+
+if [ "$SKIP_BIG" != 1 ]; then
+    # A job that prints 1 GiB of log lines, then fails with a traceback.
+    rss() { awk '/VmHWM/ { print $2 }' "/proc/$daemon/status"; }
+    before=$(rss)
+    id=$("$BATON" submit -- python3 -c "
+import sys
+line = 'step=12345 loss=0.4321 lr=3e-4 tokens/s=81234 some ordinary log text here\n' * 1000
+for _ in range((1 << 30) // len(line)): sys.stdout.write(line)
+raise ValueError('diverged')" 2>/dev/null)
+    "$BATON" wait "$id" >/dev/null || true
+    after=$(rss)
+    size=$(stat -c %s "$BATON_HOME/jobs/$id/stdout")
+    built=$(grep "job=$id " "$work/daemon.log" | grep -o 'build_ms=[0-9.]*' | tail -1)
+    echo "1 GiB report: stdout $((size >> 20)) MiB; $built; daemon peak RSS ${before} kB -> ${after} kB; report $(wc -c <"$BATON_HOME/jobs/$id/report.md") bytes"
+fi

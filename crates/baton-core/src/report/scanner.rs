@@ -1,0 +1,547 @@
+//! [`OutputScanner`]: one pass over a job's stdout and stderr, in any chunking, in bounded
+//! memory and time whatever the job printed (a 50 MB line, a billion progress-bar redraws).
+//!
+//! Each stream is cut into lines by a [`LineSplitter`]; complete lines inside a chunk are looked
+//! at in place, only a line split across chunks is copied, and no line is kept beyond
+//! [`LINE_CAP`] bytes (the rest is counted). Each line then feeds the stream's tail, its
+//! traceback parser, the metric table and the failure signals.
+
+use super::metrics::{MetricTable, for_each_metric};
+use super::sanitize::{clip_in_place, prefix_chars, sanitize_into};
+use super::search::find_either;
+use super::signals::{classify, is_loss_key, is_non_finite, says_non_finite};
+use super::traceback::TracebackParser;
+use super::{OutputSummary, PythonException, Stream, StreamSummary, TAIL_LINE_CHARS, TAIL_LINES};
+use crate::units::format_size;
+
+/// The most bytes of one line that are looked at; the rest is counted and dropped.
+pub(crate) const LINE_CAP: usize = 4096;
+/// The most raw bytes of one line kept for the tail: enough for [`TAIL_LINE_CHARS`] characters
+/// with colour codes around them.
+const TAIL_RAW_CAP: usize = 2048;
+/// Characters kept of a line quoted as a finding (OOM, NCCL, NaN loss).
+const FINDING_CHARS: usize = TAIL_LINE_CHARS;
+
+/// Streaming scan of a job's output in bounded memory, whatever the job printed.
+#[derive(Debug, Default)]
+pub struct OutputScanner {
+    splitters: [LineSplitter; 2],
+    streams: [StreamState; 2],
+    analysis: Analysis,
+}
+
+impl OutputScanner {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds raw bytes of one stream, in any chunking (a line may span many calls; the two
+    /// streams may be interleaved call by call, each keeps its own partial line).
+    pub fn feed(&mut self, stream: Stream, bytes: &[u8]) {
+        let i = stream.index();
+        let state = &mut self.streams[i];
+        let analysis = &mut self.analysis;
+        state.bytes += bytes.len() as u64;
+        self.splitters[i].push(bytes, |line, overflow| {
+            state.line(line, overflow);
+            analysis.line(stream, line);
+        });
+    }
+
+    /// Says that the first `bytes` bytes of `stream` were not fed (the caller only scans the last
+    /// N MiB of a huge file). The first partial line fed after a skip is dropped, since its start
+    /// was never seen.
+    pub fn skipped(&mut self, stream: Stream, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let i = stream.index();
+        self.streams[i].bytes += bytes;
+        self.streams[i].skipped += bytes;
+        self.splitters[i].skip();
+    }
+
+    /// Flushes the last unterminated line of each stream and returns what was found.
+    pub fn finish(mut self) -> OutputSummary {
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let i = stream.index();
+            let state = &mut self.streams[i];
+            let analysis = &mut self.analysis;
+            self.splitters[i].finish(|line, overflow| {
+                state.line(line, overflow);
+                analysis.line(stream, line);
+            });
+        }
+        let [stdout, stderr] = self.streams;
+        let findings = self.analysis.findings;
+        OutputSummary {
+            stdout: stdout.summary(),
+            stderr: stderr.summary(),
+            metrics: self.analysis.metrics.to_metrics(),
+            exception: findings.exception,
+            cuda_oom: findings.cuda_oom,
+            nccl_error: findings.nccl_error,
+            non_finite_loss: findings.non_finite_loss,
+        }
+    }
+}
+
+/// Cuts one stream into lines. A carriage return not followed by a newline means the terminal
+/// went back to the start of the line (progress bars), so what came before it is discarded
+/// right away: a bar redrawn a million times costs nothing.
+#[derive(Debug, Default)]
+struct LineSplitter {
+    /// The current line when it spans chunks, at most [`LINE_CAP`] bytes.
+    partial: Vec<u8>,
+    /// Bytes of the current line beyond what `partial` kept.
+    overflow: u64,
+    /// The last byte fed was `\r`: the next byte decides between a line end and a redraw.
+    pending_cr: bool,
+    /// A skip happened; the line being read started before it and is dropped.
+    dropping: bool,
+}
+
+impl LineSplitter {
+    fn push(&mut self, mut bytes: &[u8], mut on_line: impl FnMut(&[u8], u64)) {
+        if self.pending_cr {
+            let Some(&next) = bytes.first() else {
+                return;
+            };
+            self.pending_cr = false;
+            if next == b'\n' {
+                self.end_line(&[], &mut on_line);
+                bytes = &bytes[1..];
+            } else {
+                self.clear();
+            }
+        }
+        while let Some(at) = find_either(bytes, b'\n', b'\r') {
+            let segment = &bytes[..at];
+            if bytes[at] == b'\n' {
+                self.end_line(segment, &mut on_line);
+                bytes = &bytes[at + 1..];
+            } else if at + 1 == bytes.len() {
+                self.append(segment);
+                self.pending_cr = true;
+                return;
+            } else if bytes[at + 1] == b'\n' {
+                self.end_line(segment, &mut on_line);
+                bytes = &bytes[at + 2..];
+            } else {
+                self.clear();
+                bytes = &bytes[at + 1..];
+            }
+        }
+        self.append(bytes);
+    }
+
+    /// The end of the stream: an unterminated last line still counts.
+    fn finish(&mut self, mut on_line: impl FnMut(&[u8], u64)) {
+        self.pending_cr = false;
+        if !self.partial.is_empty() || self.overflow > 0 {
+            self.end_line(&[], &mut on_line);
+        }
+        self.dropping = false;
+    }
+
+    fn skip(&mut self) {
+        self.clear();
+        self.pending_cr = false;
+        self.dropping = true;
+    }
+
+    fn clear(&mut self) {
+        self.partial.clear();
+        self.overflow = 0;
+    }
+
+    /// Keeps as much of `bytes` as fits under the cap, cut at a character boundary. Once a line
+    /// has overflowed, later bytes only count, so the kept part stays a true prefix.
+    fn append(&mut self, bytes: &[u8]) {
+        if self.dropping {
+            return;
+        }
+        let room = LINE_CAP - self.partial.len();
+        if self.overflow == 0 && bytes.len() <= room {
+            self.partial.extend_from_slice(bytes);
+        } else {
+            let keep = if self.overflow == 0 {
+                char_boundary_at_most(bytes, room)
+            } else {
+                0
+            };
+            self.partial.extend_from_slice(&bytes[..keep]);
+            self.overflow += (bytes.len() - keep) as u64;
+        }
+    }
+
+    /// A line ended with `segment`; hands it over, without copying when it lies in one chunk.
+    fn end_line(&mut self, segment: &[u8], on_line: &mut impl FnMut(&[u8], u64)) {
+        if self.dropping {
+            self.dropping = false;
+            self.clear();
+            return;
+        }
+        if self.partial.is_empty() && self.overflow == 0 {
+            let keep = char_boundary_at_most(segment, LINE_CAP);
+            on_line(&segment[..keep], (segment.len() - keep) as u64);
+        } else {
+            self.append(segment);
+            on_line(&self.partial, self.overflow);
+            self.clear();
+        }
+    }
+}
+
+/// The largest `n <= max` such that `bytes[..n]` does not end inside a UTF-8 character.
+fn char_boundary_at_most(bytes: &[u8], max: usize) -> usize {
+    if bytes.len() <= max {
+        return bytes.len();
+    }
+    let mut n = max;
+    // At most three continuation bytes (0b10xx_xxxx) precede a character start.
+    while n > 0 && max - n < 3 && bytes[n] & 0xc0 == 0x80 {
+        n -= 1;
+    }
+    n
+}
+
+/// Counts and the tail of one stream.
+#[derive(Debug, Default)]
+struct StreamState {
+    bytes: u64,
+    skipped: u64,
+    lines: u64,
+    tail: Tail,
+}
+
+impl StreamState {
+    fn line(&mut self, line: &[u8], overflow: u64) {
+        self.lines += 1;
+        self.tail.push(line, overflow);
+    }
+
+    fn summary(self) -> StreamSummary {
+        StreamSummary {
+            bytes: self.bytes,
+            lines: self.lines,
+            tail: self.tail.render(),
+            skipped_bytes: self.skipped,
+        }
+    }
+}
+
+/// The last [`TAIL_LINES`] lines, raw, in a ring of reused buffers; sanitized only at the end.
+#[derive(Debug, Default)]
+struct Tail {
+    slots: Vec<TailLine>,
+    /// Where the next line goes once the ring is full.
+    next: usize,
+}
+
+#[derive(Debug, Default)]
+struct TailLine {
+    raw: Vec<u8>,
+    /// Bytes of the line not kept.
+    dropped: u64,
+}
+
+impl Tail {
+    fn push(&mut self, line: &[u8], overflow: u64) {
+        let keep = char_boundary_at_most(line, TAIL_RAW_CAP);
+        let dropped = overflow + (line.len() - keep) as u64;
+        if self.slots.len() < TAIL_LINES {
+            self.slots.push(TailLine {
+                raw: line[..keep].to_vec(),
+                dropped,
+            });
+            return;
+        }
+        let slot = &mut self.slots[self.next];
+        slot.raw.clear();
+        slot.raw.extend_from_slice(&line[..keep]);
+        slot.dropped = dropped;
+        self.next = (self.next + 1) % TAIL_LINES;
+    }
+
+    /// Oldest first, sanitized, each at most [`TAIL_LINE_CHARS`] characters.
+    fn render(&self) -> Vec<String> {
+        let (newer, older) = self.slots.split_at(self.next.min(self.slots.len()));
+        older
+            .iter()
+            .chain(newer)
+            .map(|slot| {
+                let mut text = String::new();
+                sanitize_into(&slot.raw, &mut text);
+                if slot.dropped == 0 {
+                    clip_in_place(&mut text, TAIL_LINE_CHARS);
+                    return text;
+                }
+                let marker = format!(" …[+{}]", format_size(slot.dropped));
+                let room = TAIL_LINE_CHARS - marker.chars().count();
+                let keep = prefix_chars(&text, room).len();
+                text.truncate(keep);
+                text.push_str(&marker);
+                text
+            })
+            .collect()
+    }
+}
+
+/// What is learnt from lines of either stream.
+#[derive(Debug, Default)]
+struct Analysis {
+    tracebacks: [TracebackParser; 2],
+    metrics: MetricTable,
+    findings: Findings,
+    /// Reused for lines that need sanitizing before they can be parsed.
+    scratch: String,
+}
+
+#[derive(Debug, Default)]
+struct Findings {
+    exception: Option<PythonException>,
+    cuda_oom: Option<String>,
+    nccl_error: Option<String>,
+    /// 2 when `nccl_error` is an error, 1 for a warning.
+    nccl_strength: u8,
+    non_finite_loss: Option<String>,
+}
+
+impl Analysis {
+    fn line(&mut self, stream: Stream, raw: &[u8]) {
+        let Analysis {
+            tracebacks,
+            metrics,
+            findings,
+            scratch,
+        } = self;
+        // Most lines are plain text and are parsed in place; the rest are cleaned first so
+        // colour codes cannot hide a traceback or a metric.
+        let text: &str = match plain_text(raw) {
+            Some(text) => text,
+            None => {
+                sanitize_into(raw, scratch);
+                scratch.as_str()
+            }
+        };
+        let signals = classify(text.as_bytes());
+
+        if let Some(exception) = tracebacks[stream.index()].line(text, &signals) {
+            findings.exception = Some(exception);
+        }
+        if signals.cuda_oom {
+            store_line(&mut findings.cuda_oom, text);
+        }
+        if signals.nccl > 0 && signals.nccl >= findings.nccl_strength {
+            findings.nccl_strength = signals.nccl;
+            store_line(&mut findings.nccl_error, text);
+        }
+        // A NaN loss shows as a metric (`loss=nan`) or in words ("Loss is NaN"). The words only
+        // count on a line whose metrics do not already say which value was not finite
+        // (`loss=0.3 grad_norm=nan` is about the gradient).
+        let mut loss_went_bad = false;
+        let mut metric_explains = false;
+        for_each_metric(text, |key, value| {
+            metrics.update(key, value);
+            if is_non_finite(value) {
+                metric_explains = true;
+                loss_went_bad |= is_loss_key(key);
+            } else if signals.mentions_loss && !metric_explains {
+                metric_explains = is_loss_key(key);
+            }
+        });
+        if signals.mentions_loss && !metric_explains {
+            loss_went_bad = says_non_finite(text.as_bytes());
+        }
+        if loss_went_bad && findings.non_finite_loss.is_none() {
+            store_line(&mut findings.non_finite_loss, text);
+        }
+    }
+}
+
+/// The line as text when it needs no cleaning: valid UTF-8 without control characters. Cheap:
+/// both checks run over the bytes without branching per byte.
+fn plain_text(raw: &[u8]) -> Option<&str> {
+    let has_controls = raw.iter().fold(false, |found, &b| {
+        found | ((b < 0x20 && b != b'\t') | (b == 0x7f))
+    });
+    if has_controls {
+        return None;
+    }
+    std::str::from_utf8(raw).ok()
+}
+
+/// Stores a line quoted as a finding, reusing the slot's buffer: sanitized (the fast path lets
+/// C1 and bidi characters through), trimmed and clipped.
+fn store_line(slot: &mut Option<String>, text: &str) {
+    let buffer = slot.get_or_insert_with(String::new);
+    sanitize_into(text.trim().as_bytes(), buffer);
+    clip_in_place(buffer, FINDING_CHARS);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(chunks: &[(Stream, &[u8])]) -> OutputSummary {
+        let mut scanner = OutputScanner::new();
+        for (stream, bytes) in chunks {
+            scanner.feed(*stream, bytes);
+        }
+        scanner.finish()
+    }
+
+    #[test]
+    fn lines_are_the_same_in_any_chunking() {
+        let text = b"first line\r\nsecond\rSECOND\nthird\r\rTHIRD\r\n\nlast without newline";
+        let whole = scan(&[(Stream::Stdout, text)]);
+        assert_eq!(
+            whole.stdout.tail,
+            vec!["first line", "SECOND", "THIRD", "", "last without newline"]
+        );
+        assert_eq!(whole.stdout.lines, 5);
+        assert_eq!(whole.stdout.bytes, text.len() as u64);
+        for size in 1..=text.len() {
+            let mut scanner = OutputScanner::new();
+            for chunk in text.chunks(size) {
+                scanner.feed(Stream::Stdout, chunk);
+            }
+            assert_eq!(scanner.finish().stdout, whole.stdout, "chunk size {size}");
+        }
+    }
+
+    #[test]
+    fn interleaved_streams_keep_their_own_partial_lines() {
+        let s = scan(&[
+            (Stream::Stdout, b"loss="),
+            (Stream::Stderr, b"Warn"),
+            (Stream::Stdout, b"0.5 step=3\nmore"),
+            (Stream::Stderr, b"ing: x\n"),
+        ]);
+        assert_eq!(s.stdout.tail, vec!["loss=0.5 step=3", "more"]);
+        assert_eq!(s.stderr.tail, vec!["Warning: x"]);
+        assert_eq!(s.metrics[0].key, "loss");
+        assert_eq!(s.metrics[0].value, "0.5");
+    }
+
+    #[test]
+    fn a_trailing_carriage_return_ends_the_last_line() {
+        let s = scan(&[(Stream::Stderr, b"progress 10%\rprogress 100%\r")]);
+        assert_eq!(s.stderr.tail, vec!["progress 100%"]);
+        assert_eq!(s.stderr.lines, 1);
+    }
+
+    #[test]
+    fn skipping_drops_the_first_partial_line() {
+        let cut_line: &[u8] = b"ss=999 tail of a line whose start was skipped\n";
+        let rest: &[u8] = b"loss=0.1\nstep=5";
+        let mut scanner = OutputScanner::new();
+        scanner.skipped(Stream::Stdout, 1_000_000);
+        scanner.feed(Stream::Stdout, cut_line);
+        scanner.feed(Stream::Stdout, rest);
+        let s = scanner.finish();
+        assert_eq!(s.stdout.tail, vec!["loss=0.1", "step=5"]);
+        assert_eq!(s.stdout.lines, 2);
+        assert_eq!(s.stdout.skipped_bytes, 1_000_000);
+        assert_eq!(
+            s.stdout.bytes,
+            1_000_000 + (cut_line.len() + rest.len()) as u64
+        );
+        assert!(!s.metrics.iter().any(|m| m.key == "ss"));
+
+        // The partial line spanning chunks after a skip is dropped too, and a skip mid-stream
+        // discards the line being read.
+        let mut scanner = OutputScanner::new();
+        scanner.feed(Stream::Stderr, b"kept\nhalf a li");
+        scanner.skipped(Stream::Stderr, 10);
+        scanner.feed(Stream::Stderr, b"ne that was cut");
+        scanner.feed(Stream::Stderr, b" here\nafter\n");
+        let s = scanner.finish();
+        assert_eq!(s.stderr.tail, vec!["kept", "after"]);
+
+        // Nothing but a partial line after the skip: nothing.
+        let mut scanner = OutputScanner::new();
+        scanner.skipped(Stream::Stdout, 5);
+        scanner.feed(Stream::Stdout, b"no newline at all");
+        assert_eq!(scanner.finish().stdout.lines, 0);
+    }
+
+    #[test]
+    fn a_fifty_megabyte_line_stays_bounded() {
+        let mut scanner = OutputScanner::new();
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..50 {
+            scanner.feed(Stream::Stdout, &chunk);
+            assert!(scanner.splitters[0].partial.len() <= LINE_CAP);
+            assert!(scanner.splitters[0].partial.capacity() <= 2 * LINE_CAP);
+        }
+        assert_eq!(
+            scanner.splitters[0].overflow,
+            50 * (1 << 20) - LINE_CAP as u64
+        );
+        let s = scanner.finish();
+        assert_eq!(s.stdout.lines, 1);
+        assert_eq!(s.stdout.bytes, 50 << 20);
+        let line = &s.stdout.tail[0];
+        assert_eq!(line.chars().count(), TAIL_LINE_CHARS);
+        let marker = format!(" …[+{}]", format_size((50 << 20) - TAIL_RAW_CAP as u64));
+        assert!(line.ends_with(&marker), "{line}");
+        assert!(line.starts_with("xxxxxxxx"));
+    }
+
+    #[test]
+    fn long_lines_are_cut_at_a_character_boundary() {
+        let mut line = "é".repeat(LINE_CAP);
+        line.push('\n');
+        let mut scanner = OutputScanner::new();
+        scanner.feed(Stream::Stdout, line.as_bytes());
+        let s = scanner.finish();
+        assert!(!s.stdout.tail[0].contains('\u{fffd}'));
+        assert_eq!(char_boundary_at_most("aé".as_bytes(), 2), 1);
+        assert_eq!(char_boundary_at_most("aé".as_bytes(), 3), 3);
+        assert_eq!(char_boundary_at_most("a€".as_bytes(), 3), 1);
+    }
+
+    #[test]
+    fn a_progress_bar_redrawn_without_newlines_stays_bounded() {
+        let mut scanner = OutputScanner::new();
+        for i in 0..100_000 {
+            let redraw = format!("\r{:3}%|{}| loss={}", i % 100, "#".repeat(i % 50), i);
+            scanner.feed(Stream::Stderr, redraw.as_bytes());
+            assert!(scanner.splitters[1].partial.len() <= LINE_CAP);
+        }
+        let s = scanner.finish();
+        assert_eq!(s.stderr.lines, 1);
+        assert_eq!(
+            s.stderr.tail,
+            vec![format!(" 99%|{}| loss=99999", "#".repeat(49))]
+        );
+        assert_eq!(s.metrics[0].value, "99999");
+    }
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        let mut scanner = OutputScanner::new();
+        for i in 0..1000 {
+            scanner.feed(Stream::Stdout, format!("line {i}\n").as_bytes());
+        }
+        let s = scanner.finish();
+        let expected: Vec<String> = (980..1000).map(|i| format!("line {i}")).collect();
+        assert_eq!(s.stdout.tail, expected);
+        assert_eq!(s.stdout.lines, 1000);
+        assert_eq!(s.stderr, StreamSummary::default());
+    }
+
+    #[test]
+    fn coloured_lines_are_parsed_after_cleaning() {
+        let s = scan(&[(
+            Stream::Stderr,
+            b"\x1b[31mTraceback (most recent call last):\x1b[0m\n  File \"t.py\", line 1, in <module>\n\x1b[1;31mValueError\x1b[0m: bad\n\x1b[32mloss\x1b[0m=\x1b[33m0.5\x1b[0m\n",
+        )]);
+        let e = s.exception.expect("an exception");
+        assert_eq!((e.kind.as_str(), e.message.as_str()), ("ValueError", "bad"));
+        assert_eq!(s.metrics[0].value, "0.5");
+        assert_eq!(s.stderr.tail[2], "ValueError: bad");
+    }
+}

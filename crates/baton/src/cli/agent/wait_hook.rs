@@ -1,0 +1,173 @@
+//! `baton agent wait-hook`: run by Claude Code as a background (`async` + `asyncRewake`) hook
+//! after each Bash tool call. When the call was a `baton submit`, it blocks until the jobs that
+//! call queued have ended, then exits 2 with a doorbell and their reports on stderr, which wakes
+//! the model in that session. Any other tool call makes it exit 0 at once.
+//!
+//! It is the wake-up path for Claude Code versions without the inbox socket: a job that already
+//! has the `claude` inbox channel is left to it, so a session never gets the report twice.
+
+use std::io::Read;
+use std::process::ExitCode;
+
+use serde::Deserialize;
+
+use crate::api::WaitRequest;
+use crate::cli::client;
+
+/// What Claude Code hands the hook on stdin (the fields we use).
+#[derive(Debug, Deserialize)]
+struct HookInput {
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    tool_name: Option<String>,
+    #[serde(default)]
+    tool_input: serde_json::Value,
+    #[serde(default)]
+    tool_response: serde_json::Value,
+}
+
+/// Claude Code shows about this much of a hook's output to the model.
+const HOOK_OUTPUT_CAP: usize = 9_000;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+/// Exit 2 wakes the model, so it is kept for reports alone: any trouble of the hook's own is
+/// exit 1 (shown to the user, not the model), or a session would be woken by every failure.
+pub fn run(args: Args) -> ExitCode {
+    match wait(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("baton agent wait-hook: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn wait(_args: Args) -> anyhow::Result<ExitCode> {
+    let mut input = Vec::new();
+    std::io::stdin().take(4 << 20).read_to_end(&mut input)?;
+    let Ok(hook) = serde_json::from_slice::<HookInput>(&input) else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let ids = submitted_ids(&hook);
+    if ids.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let client = client();
+    // Only this session's own jobs, and only those the inbox socket will not deliver.
+    let session = hook.session_id.as_deref().map(|s| format!("claude:{s}"));
+    let jobs = match client.list(&ids, false) {
+        Ok(jobs) => jobs,
+        Err(_) => return Ok(ExitCode::SUCCESS),
+    };
+    let ids: Vec<u64> = jobs
+        .iter()
+        .filter(|j| session.is_none() || j.session == session)
+        .filter(|j| {
+            !j.notify
+                .iter()
+                .any(|c| c == "claude" || c.starts_with("claude:"))
+        })
+        .map(|j| j.id)
+        .collect();
+    if ids.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let resp = client.wait(&WaitRequest {
+        ids,
+        timeout_ms: None,
+        reports: true,
+    })?;
+    if !resp.done {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut text = String::new();
+    for (i, job) in resp.jobs.iter().enumerate() {
+        let report = resp.reports.get(i).cloned().flatten();
+        let entry = format!(
+            "[baton] job {} ended: {}. This is baton's automatic end-of-job report, not a request.\n\n{}\n",
+            job.id,
+            job.state,
+            report.as_deref().unwrap_or("(no report)")
+        );
+        if text.len() + entry.len() > HOOK_OUTPUT_CAP {
+            text.push_str(&format!(
+                "[baton] job {} ended: {}; its report is too long to include here: `baton report {}`.\n",
+                job.id, job.state, job.id
+            ));
+        } else {
+            text.push_str(&entry);
+        }
+    }
+    eprint!("{}", crate::cli::output::terminal_safe(&text));
+    // Exit 2 is what makes an asyncRewake hook wake the model with our stderr.
+    Ok(ExitCode::from(2))
+}
+
+/// The ids a `baton submit` tool call printed: a line that is only a number (plain output), or
+/// the `id` of the job object (`--json`).
+fn submitted_ids(hook: &HookInput) -> Vec<u64> {
+    if hook.tool_name.as_deref() != Some("Bash") {
+        return Vec::new();
+    }
+    let command = hook
+        .tool_input
+        .get("command")
+        .and_then(|c| c.as_str())
+        .unwrap_or("");
+    if !(command.contains("baton") && command.contains("submit")) {
+        return Vec::new();
+    }
+    let stdout = match &hook.tool_response {
+        serde_json::Value::String(s) => s.clone(),
+        v => v
+            .get("stdout")
+            .and_then(|s| s.as_str())
+            .unwrap_or("")
+            .to_string(),
+    };
+    let mut ids: Vec<u64> = stdout
+        .lines()
+        .filter_map(|l| l.trim().parse::<u64>().ok())
+        .collect();
+    if ids.is_empty()
+        && let Ok(job) = serde_json::from_str::<serde_json::Value>(&stdout)
+        && let Some(id) = job.get("id").and_then(|i| i.as_u64())
+    {
+        ids.push(id);
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hook(json: &str) -> HookInput {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn ids_come_only_from_baton_submit_calls() {
+        let plain = hook(
+            r#"{"session_id":"s","tool_name":"Bash","tool_input":{"command":"baton submit --gpus 1 -- python train.py"},"tool_response":{"stdout":"42\n","stderr":"baton: queued job 42"}}"#,
+        );
+        assert_eq!(submitted_ids(&plain), [42]);
+        let json = hook(
+            r#"{"tool_name":"Bash","tool_input":{"command":"baton submit --json -- true"},"tool_response":{"stdout":"{\"id\": 7, \"name\": \"true\"}"}}"#,
+        );
+        assert_eq!(submitted_ids(&json), [7]);
+        let other = hook(
+            r#"{"tool_name":"Bash","tool_input":{"command":"ls"},"tool_response":{"stdout":"3\n"}}"#,
+        );
+        assert!(submitted_ids(&other).is_empty());
+        let edit = hook(
+            r#"{"tool_name":"Edit","tool_input":{"command":"baton submit"},"tool_response":{"stdout":"3"}}"#,
+        );
+        assert!(submitted_ids(&edit).is_empty());
+    }
+}

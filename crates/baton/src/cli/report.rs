@@ -1,0 +1,38 @@
+//! `baton report ID`: an ended job's report (DESIGN §4) as markdown, or with --json the
+//! structured report and how each channel's delivery went.
+
+use std::process::ExitCode;
+
+use super::{client, output, print_json};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The job.
+    id: u64,
+}
+
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let resp = client().report(args.id)?;
+    if json {
+        print_json(&resp);
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", output::terminal_safe(&resp.markdown));
+    if !resp.markdown.ends_with('\n') {
+        println!();
+    }
+    if !resp.deliveries.is_empty() {
+        let line: Vec<String> = resp
+            .deliveries
+            .iter()
+            .map(|d| match &d.error {
+                Some(e) if d.state != "delivered" => {
+                    format!("{} {} ({})", d.channel, d.state, output::terminal_safe(e))
+                }
+                _ => format!("{} {}", d.channel, d.state),
+            })
+            .collect();
+        eprintln!("baton: delivery: {}", line.join("; "));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,60 @@
+//! `GET /v1/jobs/{id}/report`: an ended job's report (DESIGN §4) and how its deliveries went.
+//! Built on demand for a job that ended before reports existed.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{ConnectInfo, Path, State};
+use baton_core::JobId;
+
+use crate::api::{DeliveryView, ReportResponse};
+use crate::daemon::views::rfc3339;
+use crate::daemon::{ApiError, Daemon, Peer};
+
+pub async fn handle(
+    State(daemon): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<u64>,
+) -> Result<Json<ReportResponse>, ApiError> {
+    let id = JobId(id);
+    let Some(job) = daemon.job(id)? else {
+        daemon.views(&[id])?; // says which ids exist
+        return Err(ApiError::NotFound(format!("job {id} does not exist")));
+    };
+    if !peer.may_act_on(&job) {
+        return Err(ApiError::Forbidden(format!(
+            "job {id} belongs to {}; you can read only your own jobs' reports",
+            job.owner
+        )));
+    }
+    if !job.state.is_terminal() {
+        return Err(ApiError::Conflict(format!(
+            "job {id} is {}; its report is written when it ends (`baton wait {id}` blocks until then)",
+            job.state
+        )));
+    }
+    let me = daemon.clone();
+    let built = tokio::task::spawn_blocking(move || me.report_of(id))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .ok_or_else(|| ApiError::Internal(format!("the report of job {id} could not be built")))?;
+    let deliveries = daemon
+        .lock()
+        .store
+        .deliveries(id)?
+        .into_iter()
+        .map(|d| DeliveryView {
+            channel: d.channel.public_spec(),
+            state: d.state.as_str().to_string(),
+            attempts: d.attempts,
+            delivered_at: d.delivered_at.map(rfc3339),
+            error: d.error,
+        })
+        .collect();
+    Ok(Json(ReportResponse {
+        markdown: built.markdown,
+        report: built.report,
+        path: daemon.files(id).report_md().display().to_string(),
+        deliveries,
+    }))
+}

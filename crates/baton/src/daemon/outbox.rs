@@ -1,0 +1,316 @@
+//! What happens after a job ends: its report is built and stored, then delivered through each of
+//! its channels from the outbox. Each (job, channel) delivery is a row committed with the job's
+//! end, so it survives any crash; a row is marked delivered right after its channel accepted the
+//! message, retried with backoff when the channel failed, and skipped when its target is gone (an
+//! agent session that ended), in which case the report also goes to the inbox file. The loop
+//! sleeps until a job ends or a retry falls due: there is no polling.
+
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_core::{JobId, Millis};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::{Daemon, now_ms};
+use crate::notify::{self, Channel, Message, Outcome};
+use crate::report::{self, Built};
+use crate::store::{Delivery, DeliveryState, JobRecord};
+use crate::users;
+
+/// Deliveries picked up per turn of the loop.
+const BATCH: usize = 256;
+/// A delivery that failed this many times is given up (after about an hour of backoff).
+const MAX_ATTEMPTS: u32 = 15;
+/// Backoff between attempts: doubling from one second, at most five minutes.
+fn backoff(attempts: u32) -> Millis {
+    (1000i64 << attempts.min(9)).min(300_000)
+}
+
+/// What the hidden `baton deliver` command reads on stdin: one delivery, done as the job's owner.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct DeliverRequest {
+    pub channel: Channel,
+    pub message: Message,
+}
+
+impl Daemon {
+    /// Builds reports for jobs as they end, each on a blocking thread (output files are read).
+    pub(super) async fn report_loop(self: Arc<Self>, mut ended: UnboundedReceiver<JobId>) {
+        while let Some(id) = ended.recv().await {
+            let me = self.clone();
+            tokio::task::spawn_blocking(move || me.build_report(id));
+        }
+    }
+
+    /// Builds and stores the report of an ended job, then lets waiters and the outbox know.
+    pub(super) fn build_report(self: &Arc<Self>, id: JobId) -> Option<Built> {
+        let built = match self.job(id) {
+            Ok(Some(job)) => {
+                let files = self.files(id);
+                let started = std::time::Instant::now();
+                let built = report::build(&job, &files, &self.gpu_info, &self.config.home);
+                tracing::info!(
+                    job = id.0,
+                    build_ms = started.elapsed().as_secs_f64() * 1000.0,
+                    bytes = built.markdown.len(),
+                    "report built"
+                );
+                if let Err(e) = report::store(&files, &built) {
+                    tracing::error!(job = id.0, "cannot store the report: {e}");
+                }
+                Some(built)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::error!(job = id.0, "cannot read the job to report on it: {e}");
+                None
+            }
+        };
+        self.lock().reports_pending.remove(&id);
+        self.notify_changed();
+        self.outbox_wake.notify_one();
+        built
+    }
+
+    /// The stored report of an ended job, built now if it is missing (a job that ended before
+    /// this version of baton, or whose report could not be written).
+    pub(crate) fn report_of(self: &Arc<Self>, id: JobId) -> Option<Built> {
+        report::load(&self.files(id)).or_else(|| self.build_report(id))
+    }
+
+    pub(super) async fn outbox_loop(self: Arc<Self>) {
+        loop {
+            let now = now_ms();
+            let (due, next) = {
+                let inner = self.lock();
+                let due = inner.store.due_deliveries(now, BATCH);
+                let next = inner.store.next_delivery_at();
+                (due, next)
+            };
+            let (due, next) = match (due, next) {
+                (Ok(d), Ok(n)) => (d, n),
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::error!("cannot read the outbox: {e}; retrying in 5 s");
+                    (Vec::new(), Some(now + 5000))
+                }
+            };
+            let full = due.len() == BATCH;
+            let mut by_job: BTreeMap<JobId, Vec<Delivery>> = BTreeMap::new();
+            for d in due {
+                by_job.entry(d.job).or_default().push(d);
+            }
+            {
+                let mut inner = self.lock();
+                by_job.retain(|id, _| {
+                    // A job still being reported on, or already being delivered, is picked up
+                    // again when that finishes (both wake this loop).
+                    !inner.reports_pending.contains(id) && inner.delivering.insert(*id)
+                });
+            }
+            for (id, deliveries) in by_job {
+                tokio::spawn(self.clone().deliver_job(id, deliveries));
+            }
+            if full {
+                continue;
+            }
+            let sleep = async {
+                match next {
+                    Some(at) if at > now => {
+                        tokio::time::sleep(Duration::from_millis((at - now) as u64)).await
+                    }
+                    // Due now but held back by work in flight, or nothing pending: wait for a wake.
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = self.outbox_wake.notified() => {}
+                _ = sleep => {}
+            }
+        }
+    }
+
+    /// Delivers one job's report through each of the given channels at once.
+    async fn deliver_job(self: Arc<Self>, id: JobId, deliveries: Vec<Delivery>) {
+        let me = self.clone();
+        let built = tokio::task::spawn_blocking(move || me.report_of(id))
+            .await
+            .ok()
+            .flatten();
+        let job = self.job(id).ok().flatten();
+        match (built, job) {
+            (Some(built), Some(job)) => {
+                let path = self.files(id).report_md().display().to_string();
+                let msg = Message::new(&built.report, &built.markdown, &path, job.env.clone());
+                let sends = deliveries.iter().map(|d| {
+                    let (me, job, msg) = (&self, &job, &msg);
+                    async move {
+                        let outcome = me.deliver_as_owner(job, &d.channel, msg).await;
+                        me.record(job, d, outcome);
+                    }
+                });
+                futures_util::future::join_all(sends).await;
+            }
+            _ => {
+                for d in &deliveries {
+                    let outcome = Outcome::Failed("the job's report could not be built".into());
+                    if let Ok(Some(job)) = self.job(id) {
+                        self.record(&job, d, outcome);
+                    }
+                }
+            }
+        }
+        self.lock().delivering.remove(&id);
+        self.outbox_wake.notify_one();
+    }
+
+    /// Records how one delivery went; a session that is gone sends the report to the inbox.
+    fn record(&self, job: &JobRecord, d: &Delivery, outcome: Outcome) {
+        let now = now_ms();
+        let spec = d.channel.public_spec();
+        let (state, next, error) = match &outcome {
+            Outcome::Delivered => (DeliveryState::Delivered, now, None),
+            Outcome::Gone(why) => (DeliveryState::Skipped, now, Some(why.as_str())),
+            Outcome::Failed(why) if d.attempts + 1 >= MAX_ATTEMPTS => {
+                (DeliveryState::Failed, now, Some(why.as_str()))
+            }
+            Outcome::Failed(why) => (
+                DeliveryState::Pending,
+                now + backoff(d.attempts),
+                Some(why.as_str()),
+            ),
+        };
+        match &outcome {
+            Outcome::Delivered => {
+                tracing::info!(job = job.id.0, channel = %spec, latency_ms = now - job.ended_at.unwrap_or(now), "report delivered")
+            }
+            Outcome::Gone(why) => {
+                tracing::info!(job = job.id.0, channel = %spec, "not delivered, target gone: {why}")
+            }
+            Outcome::Failed(why) => {
+                tracing::warn!(job = job.id.0, channel = %spec, attempt = d.attempts + 1, "delivery failed: {why}")
+            }
+        }
+        let mut inner = self.lock();
+        if let Err(e) = inner.store.record_delivery(d.id, state, next, error, now) {
+            // Left pending: it is tried again, which may repeat a delivery that did succeed.
+            tracing::error!(job = job.id.0, channel = %spec, "cannot record the delivery: {e}");
+        }
+        if state == DeliveryState::Skipped && d.channel.is_session() {
+            let inbox = Channel::File {
+                path: self.inbox_for(job.owner_uid, &job.env),
+            };
+            if let Err(e) = inner.store.add_delivery(job.id, &inbox, now) {
+                tracing::error!(job = job.id.0, "cannot add the inbox fallback: {e}");
+            }
+        }
+    }
+
+    /// Delivers as the job's owner. In system mode everything that touches the owner's files,
+    /// sessions or commands runs in a child process with the owner's identity, so a user cannot
+    /// make the root daemon write where they could not.
+    async fn deliver_as_owner(&self, job: &JobRecord, channel: &Channel, msg: &Message) -> Outcome {
+        let as_other = self.config.system && job.owner_uid != self.uid;
+        if !as_other || matches!(channel, Channel::Webhook { .. }) {
+            return notify::deliver(channel, msg).await;
+        }
+        let Some(account) = users::by_uid(job.owner_uid) else {
+            return Outcome::Gone(format!("user {} no longer exists", job.owner_uid));
+        };
+        let groups = users::groups_of(&account);
+        let request = DeliverRequest {
+            channel: channel.clone(),
+            message: msg.clone(),
+        };
+        let body = serde_json::to_vec(&request).expect("plain data");
+        let mut cmd = std::process::Command::new(&self.exe);
+        cmd.arg("deliver")
+            .env_clear()
+            .envs(&msg.env)
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let (uid, gid) = (account.uid, account.gid);
+        // SAFETY: only async-signal-safe calls between fork and exec; `groups` is allocated before.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut cmd = tokio::process::Command::from(cmd);
+        cmd.kill_on_drop(true);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                return Outcome::Failed(format!(
+                    "cannot start a delivery as {}: {e}",
+                    account.name
+                ));
+            }
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(&body).await;
+        }
+        match tokio::time::timeout(Duration::from_secs(120), child.wait_with_output()).await {
+            Ok(Ok(out)) => serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+                Outcome::Failed(format!(
+                    "the delivery as {} failed ({})",
+                    account.name, out.status
+                ))
+            }),
+            Ok(Err(e)) => Outcome::Failed(e.to_string()),
+            Err(_) => Outcome::Failed("the delivery took longer than 120 s".into()),
+        }
+    }
+
+    /// The inbox file a job's owner reads: `$BATON_HOME/inbox.md` for a user daemon; for the
+    /// system daemon, the owner's own baton directory (as their environment names it).
+    pub(crate) fn inbox_for(&self, owner_uid: u32, env: &BTreeMap<String, String>) -> String {
+        if !self.config.system || owner_uid == self.uid {
+            return self.config.home.join("inbox.md").display().to_string();
+        }
+        let var = |k: &str| env.get(k).filter(|v| !v.is_empty());
+        let base = if let Some(data) = var("XDG_DATA_HOME") {
+            format!("{data}/baton")
+        } else {
+            let home = var("HOME")
+                .cloned()
+                .or_else(|| users::by_uid(owner_uid).map(|a| a.home))
+                .unwrap_or_else(|| "/tmp".into());
+            format!("{home}/.local/share/baton")
+        };
+        format!("{base}/inbox.md")
+    }
+}
+
+/// `baton deliver`: one delivery, described on stdin, run by the system daemon as the job's
+/// owner; prints the outcome as JSON.
+pub fn deliver_from_stdin() -> i32 {
+    let mut input = Vec::new();
+    if std::io::Read::read_to_end(&mut std::io::stdin(), &mut input).is_err() {
+        return 1;
+    }
+    let Ok(request) = serde_json::from_slice::<DeliverRequest>(&input) else {
+        eprintln!("baton deliver: unreadable request");
+        return 1;
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return 1;
+    };
+    let outcome = runtime.block_on(notify::deliver(&request.channel, &request.message));
+    println!("{}", serde_json::to_string(&outcome).expect("plain data"));
+    0
+}

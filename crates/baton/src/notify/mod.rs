@@ -1,0 +1,138 @@
+//! Delivering a job's report to whoever submitted it (DESIGN §5). `spec` turns `--notify` specs
+//! and the submitter's agent context into channels; this module words the message and sends it
+//! through one channel, one file per channel kind. The outbox (durable rows, retries, restarts)
+//! lives in the daemon, which calls `deliver` once per row and records the outcome.
+//!
+//! What reaches an agent session is worded as a report, never as instructions: a doorbell line
+//! that says what it is, then the report, whose quotes of the job's output are fenced and
+//! stripped of control sequences by the report builder. Nothing from the report is ever passed
+//! through a shell: commands get it on stdin, tmux gets it through a paste buffer.
+
+mod claude;
+mod cmd;
+mod codex;
+mod file;
+pub mod spec;
+mod tmux;
+mod webhook;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use spec::{Channel, resolve};
+
+/// Everything a channel needs to deliver one job's report.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Message {
+    pub job: u64,
+    pub state: String,
+    pub exit_code: Option<i32>,
+    /// The doorbell line, the report, and an end marker: what is typed into sessions and
+    /// appended to files.
+    pub text: String,
+    /// The report alone (markdown), for `cmd:` on stdin.
+    pub markdown: String,
+    /// The webhook body: the report JSON wrapped with the job's id and state.
+    pub json: String,
+    /// Where `report.md` is stored.
+    pub report_path: String,
+    /// The submitter's environment (PATH, HOME, CODEX_HOME...), for commands run on its behalf.
+    pub env: BTreeMap<String, String>,
+    /// The job's working directory, where `cmd:` runs.
+    pub cwd: String,
+}
+
+impl Message {
+    pub fn new(
+        report: &baton_core::report::Report,
+        markdown: &str,
+        report_path: &str,
+        env: BTreeMap<String, String>,
+    ) -> Message {
+        let text = format!(
+            "[baton] job {id} ended: {state}{exit}. This is baton's automatic end-of-job report, \
+             not a request; it follows below and is stored at {report_path}.\n\n{markdown}\n{end}",
+            id = report.id,
+            state = report.state,
+            exit = match (report.exit_code, report.signal) {
+                (Some(code), _) => format!(" (exit code {code})"),
+                (None, Some(sig)) => format!(" (signal {sig})"),
+                _ => String::new(),
+            },
+            markdown = markdown.trim_end(),
+            end = end_marker(report.id),
+        );
+        let json = serde_json::json!({
+            "event": "job.ended",
+            "job_id": report.id,
+            "state": report.state,
+            "exit_code": report.exit_code,
+            "headline": report.headline,
+            "report_path": report_path,
+            "report": report,
+            "markdown": markdown,
+        })
+        .to_string();
+        Message {
+            job: report.id,
+            state: report.state.to_string(),
+            exit_code: report.exit_code,
+            text,
+            markdown: markdown.to_string(),
+            json,
+            report_path: report_path.to_string(),
+            cwd: report.cwd.clone(),
+            env,
+        }
+    }
+}
+
+/// The last line of every message: lets tmux delivery see whether its text still sits unsent
+/// in an input box, and lets readers of an inbox file see where one report ends.
+pub fn end_marker(job: u64) -> String {
+    format!("[end of baton report for job {job}]")
+}
+
+/// How one delivery attempt went.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", content = "detail", rename_all = "lowercase")]
+pub enum Outcome {
+    Delivered,
+    /// The target no longer exists (the agent session ended, the pane closed): retrying cannot
+    /// help, and the report must reach the inbox file instead.
+    Gone(String),
+    /// Worth retrying later.
+    Failed(String),
+}
+
+/// Delivers `msg` through `channel`, once.
+pub async fn deliver(channel: &Channel, msg: &Message) -> Outcome {
+    match channel {
+        Channel::File { path } => file::deliver(path, msg),
+        Channel::Cmd { command } => cmd::deliver(command, msg).await,
+        Channel::Webhook { url } => webhook::deliver(url, msg).await,
+        Channel::Claude { socket, token, .. } => claude::deliver(socket, token, msg).await,
+        Channel::Tmux { pane, server } => tmux::deliver(pane, server.as_deref(), msg).await,
+        Channel::Codex { thread } => codex::deliver(thread, msg).await,
+    }
+}
+
+/// The last `max` bytes of a command's diagnostics, on one line, for an error message.
+fn tail_of(bytes: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim();
+    let start = text.len().saturating_sub(max);
+    let start = (start..=text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    text[start..]
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+/// A process environment for commands run on the submitter's behalf: theirs, as captured.
+fn command_env(cmd: &mut tokio::process::Command, msg: &Message) {
+    cmd.env_clear().envs(&msg.env);
+}

@@ -1,0 +1,348 @@
+//! `--notify SPEC`: parsing the channel specs of DESIGN §5 and resolving them, with the agent
+//! context captured at submit time, into the concrete channels a job's report goes to. Pure: the
+//! same inputs give the same channels, and the daemon stores the result with the job.
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::AgentContext;
+
+/// One place a report is delivered to, with everything needed to reach it later (when the
+/// submitting shell is long gone).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Channel {
+    /// Claude Code's per-session inbox socket.
+    Claude {
+        socket: String,
+        /// A secret: stored in the 0600 database, never printed or returned.
+        token: String,
+        session: Option<String>,
+    },
+    /// `codex queue --thread THREAD`.
+    Codex { thread: String },
+    /// Typed into a tmux pane; `server` is the `$TMUX` socket the pane lives on.
+    Tmux {
+        pane: String,
+        server: Option<String>,
+    },
+    /// HTTP POST of the report JSON.
+    Webhook { url: String },
+    /// A command run with the report on stdin.
+    Cmd { command: String },
+    /// Appended to a file.
+    File { path: String },
+}
+
+impl Channel {
+    /// The spec as shown to people and returned by the API: secrets omitted, and a webhook
+    /// shown by scheme and host only, since its path often is the secret (Slack, Discord).
+    pub fn public_spec(&self) -> String {
+        match self {
+            Channel::Claude { session, .. } => match session {
+                Some(id) => format!("claude:{id}"),
+                None => "claude".into(),
+            },
+            Channel::Codex { thread } => format!("codex:{thread}"),
+            Channel::Tmux { pane, .. } => format!("tmux:{pane}"),
+            Channel::Webhook { url } => {
+                let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+                let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+                // Credentials in the authority (user:pass@host) are secrets too.
+                let host = host.rsplit('@').next().unwrap_or(host);
+                format!("webhook:{scheme}://{host}/…")
+            }
+            Channel::Cmd { command } => format!("cmd:{command}"),
+            Channel::File { path } => format!("file:{path}"),
+        }
+    }
+
+    /// Channels that type into, or queue for, a live agent session. When that session is gone
+    /// the report must still reach the inbox file.
+    pub fn is_session(&self) -> bool {
+        matches!(
+            self,
+            Channel::Claude { .. } | Channel::Codex { .. } | Channel::Tmux { .. }
+        )
+    }
+}
+
+/// A spec that cannot be honoured, worded for the person or agent who wrote it.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("--notify {spec}: {problem}")]
+pub struct SpecError {
+    pub spec: String,
+    pub problem: String,
+}
+
+const KINDS: &str =
+    "auto, claude, codex[:THREAD], tmux[:PANE], webhook:URL, cmd:COMMAND, file:PATH";
+
+/// Resolves `specs` (empty means `auto`) into channels, best first, without duplicates.
+/// `inbox` is the default `file` target of `auto`; relative `file:` paths are taken from `cwd`.
+pub fn resolve(
+    specs: &[String],
+    ctx: &AgentContext,
+    inbox: &str,
+    cwd: &str,
+) -> Result<Vec<Channel>, SpecError> {
+    let auto = ["auto".to_string()];
+    let specs = if specs.is_empty() { &auto[..] } else { specs };
+    let mut out: Vec<Channel> = Vec::new();
+    let mut push = |c: Channel| {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    };
+    for spec in specs {
+        let err = |problem: String| SpecError {
+            spec: spec.clone(),
+            problem,
+        };
+        let (kind, arg) = match spec.split_once(':') {
+            Some((k, a)) => (k, Some(a)),
+            None => (spec.as_str(), None),
+        };
+        match (kind, arg) {
+            ("auto", None) => {
+                if let Some(c) = claude(ctx) {
+                    push(c);
+                }
+                if let Some(thread) = &ctx.codex_thread {
+                    push(Channel::Codex {
+                        thread: thread.clone(),
+                    });
+                }
+                if let Some(pane) = &ctx.tmux_pane {
+                    push(Channel::Tmux {
+                        pane: pane.clone(),
+                        server: tmux_server(ctx),
+                    });
+                }
+                push(Channel::File {
+                    path: inbox.to_string(),
+                });
+            }
+            ("claude", None) => push(claude(ctx).ok_or_else(|| {
+                err("this environment has no CLAUDE_CODE_MESSAGING_SOCKET and \
+                     CLAUDE_CODE_MESSAGING_TOKEN (Claude Code sets them in sessions that accept \
+                     messages); use --notify auto to pick what is available"
+                    .into())
+            })?),
+            ("codex", None) => {
+                let thread = ctx.codex_thread.clone().ok_or_else(|| {
+                    err("CODEX_THREAD_ID is not set (not inside a Codex session?); \
+                         name the thread: --notify codex:THREAD"
+                        .into())
+                })?;
+                push(Channel::Codex { thread })
+            }
+            ("codex", Some(thread)) => {
+                if thread.is_empty()
+                    || !thread
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-')
+                {
+                    return Err(err(format!("{thread:?} is not a Codex thread id")));
+                }
+                push(Channel::Codex {
+                    thread: thread.to_string(),
+                })
+            }
+            ("tmux", None) => {
+                let pane = ctx.tmux_pane.clone().ok_or_else(|| {
+                    err("TMUX_PANE is not set (not inside tmux?); name the pane: \
+                         --notify tmux:%3"
+                        .into())
+                })?;
+                push(Channel::Tmux {
+                    pane,
+                    server: tmux_server(ctx),
+                })
+            }
+            ("tmux", Some(pane)) => {
+                if pane.is_empty() || pane.starts_with('-') || pane.chars().any(char::is_control) {
+                    return Err(err(format!("{pane:?} is not a tmux pane (e.g. %3)")));
+                }
+                push(Channel::Tmux {
+                    pane: pane.to_string(),
+                    server: tmux_server(ctx),
+                })
+            }
+            ("webhook", Some(url)) => {
+                let valid = (url.starts_with("http://") || url.starts_with("https://"))
+                    && url.split("://").nth(1).is_some_and(|r| !r.is_empty())
+                    && !url.chars().any(|c| c.is_whitespace() || c.is_control());
+                if !valid {
+                    return Err(err("expected an http:// or https:// URL".into()));
+                }
+                push(Channel::Webhook {
+                    url: url.to_string(),
+                })
+            }
+            ("cmd", Some(command)) => {
+                if command.trim().is_empty() {
+                    return Err(err("expected a command after cmd:".into()));
+                }
+                push(Channel::Cmd {
+                    command: command.to_string(),
+                })
+            }
+            ("file", Some(path)) => {
+                if path.is_empty() || path.contains('\0') {
+                    return Err(err("expected a file path after file:".into()));
+                }
+                let path = if path.starts_with('/') {
+                    path.to_string()
+                } else {
+                    format!("{}/{path}", cwd.trim_end_matches('/'))
+                };
+                push(Channel::File { path })
+            }
+            ("webhook" | "cmd" | "file", None) => {
+                return Err(err(format!("{kind} needs a target: {kind}:…")));
+            }
+            _ => return Err(err(format!("unknown channel; expected one of {KINDS}"))),
+        }
+    }
+    Ok(out)
+}
+
+fn claude(ctx: &AgentContext) -> Option<Channel> {
+    Some(Channel::Claude {
+        socket: ctx.claude_socket.clone()?,
+        token: ctx.claude_token.clone()?,
+        session: ctx.claude_session.clone(),
+    })
+}
+
+/// The server socket from `$TMUX` (`socket,pid,session`), so delivery reaches the same server
+/// even when it is not the default one.
+fn tmux_server(ctx: &AgentContext) -> Option<String> {
+    let tmux = ctx.tmux.as_deref()?;
+    let socket = tmux.split(',').next()?;
+    (!socket.is_empty()).then(|| socket.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn specs(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn agent() -> AgentContext {
+        AgentContext {
+            claude_session: Some("s-1".into()),
+            claude_socket: Some("/run/user/1/cc-socks/9.sock".into()),
+            claude_token: Some("0123456789abcdef0123456789abcdef".into()),
+            codex_thread: None,
+            tmux: Some("/tmp/tmux-1/default,77,0".into()),
+            tmux_pane: Some("%3".into()),
+        }
+    }
+
+    #[test]
+    fn auto_picks_every_possible_channel_best_first_and_always_the_inbox() {
+        let got = resolve(&[], &agent(), "/h/inbox.md", "/w").unwrap();
+        let shown: Vec<String> = got.iter().map(Channel::public_spec).collect();
+        assert_eq!(shown, ["claude:s-1", "tmux:%3", "file:/h/inbox.md"]);
+        assert_eq!(
+            got[1],
+            Channel::Tmux {
+                pane: "%3".into(),
+                server: Some("/tmp/tmux-1/default".into())
+            }
+        );
+        let plain = resolve(&specs(&["auto"]), &AgentContext::default(), "/h/i.md", "/w").unwrap();
+        assert_eq!(
+            plain,
+            [Channel::File {
+                path: "/h/i.md".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn explicit_specs_resolve_and_duplicates_collapse() {
+        let got = resolve(
+            &specs(&[
+                "cmd:notify-send done",
+                "file:out/inbox.md",
+                "file:/w/out/inbox.md",
+                "codex:0199a-b",
+            ]),
+            &AgentContext::default(),
+            "/h/inbox.md",
+            "/w",
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                Channel::Cmd {
+                    command: "notify-send done".into()
+                },
+                Channel::File {
+                    path: "/w/out/inbox.md".into()
+                },
+                Channel::Codex {
+                    thread: "0199a-b".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn secrets_never_appear_in_public_specs() {
+        let got = resolve(
+            &specs(&[
+                "claude",
+                "webhook:https://bob:pw@hooks.example.com/T000/B000/XXXX?x=1",
+            ]),
+            &agent(),
+            "/h/inbox.md",
+            "/w",
+        )
+        .unwrap();
+        let shown: Vec<String> = got.iter().map(Channel::public_spec).collect();
+        assert_eq!(shown, ["claude:s-1", "webhook:https://hooks.example.com/…"]);
+        for s in &shown {
+            assert!(!s.contains("0123456789abcdef") && !s.contains("XXXX") && !s.contains("pw"));
+        }
+    }
+
+    #[test]
+    fn impossible_specs_say_what_is_missing() {
+        let none = AgentContext::default();
+        let e = resolve(&specs(&["claude"]), &none, "/i", "/w").unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "--notify claude: this environment has no CLAUDE_CODE_MESSAGING_SOCKET"
+            ),
+            "{e}"
+        );
+        let e = resolve(&specs(&["tmux"]), &none, "/i", "/w").unwrap_err();
+        assert!(e.problem.contains("TMUX_PANE is not set"), "{e}");
+        let e = resolve(&specs(&["pager"]), &none, "/i", "/w").unwrap_err();
+        assert!(e.problem.contains("expected one of auto, claude"), "{e}");
+        let e = resolve(&specs(&["webhook:ftp://x"]), &none, "/i", "/w").unwrap_err();
+        assert!(e.problem.contains("http:// or https://"), "{e}");
+        let e = resolve(&specs(&["file"]), &none, "/i", "/w").unwrap_err();
+        assert!(e.problem.contains("file needs a target"), "{e}");
+        let e = resolve(&specs(&["tmux:-t"]), &none, "/i", "/w").unwrap_err();
+        assert!(e.problem.contains("not a tmux pane"), "{e}");
+    }
+
+    #[test]
+    fn session_prefers_claude_then_codex_then_tmux() {
+        assert_eq!(agent().session().as_deref(), Some("claude:s-1"));
+        let codex = AgentContext {
+            codex_thread: Some("t-9".into()),
+            tmux_pane: Some("%1".into()),
+            ..AgentContext::default()
+        };
+        assert_eq!(codex.session().as_deref(), Some("codex:t-9"));
+        assert_eq!(AgentContext::default().session(), None);
+    }
+}

@@ -1,0 +1,169 @@
+//! `tmux[:PANE]`: types the message into the pane where the agent runs (DESIGN §5). The text goes
+//! in through a paste buffer (bracketed paste, so a TUI takes it as one block, and nothing in it
+//! is interpreted as tmux keys), then, after a pause, Enter as a separate key: agent TUIs treat an
+//! Enter that arrives with the paste as part of it. A look at the pane afterwards shows whether
+//! the text still sits unsent in the input box, and Enter is retried a bounded number of times.
+//!
+//! A pane whose foreground program is a shell gets a status-line message instead: typing a report
+//! into a shell prompt and pressing Enter would run it as commands.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+
+use super::{Message, Outcome, end_marker, tail_of};
+
+/// Between the paste and Enter: Claude Code and Codex take a faster Enter as part of the paste.
+const ENTER_DELAY: Duration = Duration::from_millis(500);
+/// Between Enter and the look at the pane.
+const SETTLE: Duration = Duration::from_millis(300);
+const ENTER_RETRIES: usize = 3;
+
+const SHELLS: &[&str] = &[
+    "bash", "zsh", "sh", "dash", "fish", "ksh", "mksh", "tcsh", "csh", "nu", "xonsh", "elvish",
+];
+
+struct Tmux<'a> {
+    server: Option<&'a str>,
+}
+
+impl Tmux<'_> {
+    fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new("tmux");
+        if let Some(server) = self.server {
+            cmd.arg("-S").arg(server);
+        }
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs tmux; its stdout, or its complaint.
+    async fn run(&self, args: &[&str]) -> Result<String, String> {
+        self.run_with_input(args, None).await
+    }
+
+    async fn run_with_input(&self, args: &[&str], input: Option<&str>) -> Result<String, String> {
+        let mut cmd = self.command(args);
+        if input.is_some() {
+            cmd.stdin(Stdio::piped());
+        }
+        let mut child = cmd.spawn().map_err(|e| format!("cannot run tmux: {e}"))?;
+        if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+            stdin
+                .write_all(text.as_bytes())
+                .await
+                .map_err(|e| format!("tmux {}: {e}", args[0]))?;
+        }
+        let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+            .await
+            .map_err(|_| format!("tmux {} did not answer within 10s", args[0]))?
+            .map_err(|e| format!("tmux {}: {e}", args[0]))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(tail_of(&out.stderr, 300))
+        }
+    }
+}
+
+pub async fn deliver(pane: &str, server: Option<&str>, msg: &Message) -> Outcome {
+    let tmux = Tmux { server };
+    let foreground = match tmux
+        .run(&[
+            "display-message",
+            "-p",
+            "-t",
+            pane,
+            "#{pane_current_command}",
+        ])
+        .await
+    {
+        Ok(out) => out.trim().to_string(),
+        // No server, no such pane: the session this pane belonged to is over.
+        Err(e)
+            if e.contains("can't find")
+                || e.contains("no server")
+                || e.contains("error connecting")
+                || e.contains("No such file") =>
+        {
+            return Outcome::Gone(format!("tmux pane {pane} is gone: {e}"));
+        }
+        Err(e) => return Outcome::Failed(e),
+    };
+    if SHELLS.contains(&foreground.as_str()) {
+        let note = format!(
+            "baton: job {} ended ({}); report at {}",
+            msg.job, msg.state, msg.report_path
+        );
+        return match tmux
+            .run(&["display-message", "-d", "15000", "-t", pane, &note])
+            .await
+        {
+            Ok(_) => Outcome::Delivered,
+            Err(e) => Outcome::Failed(e),
+        };
+    }
+    let buffer = format!("baton-job-{}", msg.job);
+    if let Err(e) = tmux
+        .run_with_input(&["load-buffer", "-b", &buffer, "-"], Some(&msg.text))
+        .await
+    {
+        return Outcome::Failed(e);
+    }
+    if let Err(e) = tmux
+        .run(&["paste-buffer", "-p", "-d", "-b", &buffer, "-t", pane])
+        .await
+    {
+        return Outcome::Failed(e);
+    }
+    let marker = end_marker(msg.job);
+    for _ in 0..=ENTER_RETRIES {
+        tokio::time::sleep(ENTER_DELAY).await;
+        if let Err(e) = tmux.run(&["send-keys", "-t", pane, "Enter"]).await {
+            return Outcome::Failed(e);
+        }
+        tokio::time::sleep(SETTLE).await;
+        match tmux.run(&["capture-pane", "-p", "-t", pane]).await {
+            Ok(screen) if still_unsent(&screen, &marker) => continue,
+            // Taken, or the pane cannot be read back: the text and an Enter did go in.
+            _ => return Outcome::Delivered,
+        }
+    }
+    // The text is in the pane; pasting it again would only make a second copy.
+    Outcome::Delivered
+}
+
+/// Whether the bottom of the pane (where agent TUIs keep their input box) still shows the
+/// message's last line, or a collapsed paste, after Enter.
+fn still_unsent(screen: &str, marker: &str) -> bool {
+    let bottom: Vec<&str> = screen
+        .lines()
+        .rev()
+        .filter(|l| !l.trim().is_empty())
+        .take(3)
+        .collect();
+    bottom
+        .iter()
+        .any(|l| l.contains(marker) || l.contains("[Pasted text"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_input_box_still_holding_the_message_is_seen() {
+        let marker = end_marker(7);
+        let sent = "> [baton] job 7 ended\n  ...\n  [end of baton report for job 7]\n\n⏺ Reading the report\n\n╭──────╮\n│ >    │\n╰──────╯\n  ? for shortcuts\n";
+        assert!(!still_unsent(sent, &marker));
+        let unsent =
+            "⏺ done\n\n╭──────╮\n│ > ...lines\n│ [end of baton report for job 7] │\n╰──────╯\n";
+        assert!(still_unsent(unsent, &marker));
+        assert!(still_unsent("│ > [Pasted text #1 +40 lines] │\n", &marker));
+    }
+}

@@ -1,0 +1,227 @@
+//! Building and storing a job's end-of-run report: the imperative shell around
+//! `baton_core::report`. It reads the job's output files (only their last `SCAN_LIMIT` bytes, so a
+//! job that printed 10 GB costs the same as one that printed 64 MiB), walks the working directory
+//! for files the job wrote (bounded too), asks the supervisor's record whether the OOM killer
+//! struck, and stores the result as `jobs/<id>/report.json` and `report.md`.
+
+use std::fs;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use baton_core::report::{self, FileChange, GpuUsage, JobFacts, OutputScanner, Report, Stream};
+use baton_core::{JobState, Millis};
+
+use crate::executor::{self, JobFiles};
+use crate::gpu::GpuInfo;
+use crate::store::JobRecord;
+
+/// How much of the end of each output stream is scanned.
+const SCAN_LIMIT: u64 = 64 << 20;
+/// How many directory entries the look for written files may visit, and how deep.
+const WALK_ENTRIES: usize = 20_000;
+const WALK_DEPTH: usize = 6;
+/// How long the look may take: about 1% of the job's run time, within these bounds. A job of a
+/// few milliseconds started from a big directory must not pay tens of milliseconds for its
+/// report; an hour-long run can afford a thorough look.
+const WALK_TIME_MIN: Duration = Duration::from_millis(2);
+const WALK_TIME_MAX: Duration = Duration::from_millis(200);
+/// Directories that hold tools' caches and environments rather than a run's results.
+const SKIP_DIRS: &[&str] = &[
+    ".git",
+    ".hg",
+    ".svn",
+    "node_modules",
+    "__pycache__",
+    ".venv",
+    "venv",
+    ".tox",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".cache",
+    "target",
+];
+
+/// A report and its markdown rendering.
+#[derive(Clone, Debug)]
+pub struct Built {
+    pub report: Report,
+    pub markdown: String,
+}
+
+/// Builds the report of an ended job. `home` is baton's state directory (never listed as files
+/// the job wrote, should the job run inside it).
+pub fn build(job: &JobRecord, files: &JobFiles, gpus: &[GpuInfo], home: &Path) -> Built {
+    let mut scanner = OutputScanner::new();
+    scan(&mut scanner, Stream::Stdout, &files.stdout());
+    scan(&mut scanner, Stream::Stderr, &files.stderr());
+    let output = scanner.finish();
+    let facts = JobFacts {
+        id: job.id.0,
+        name: job.name.clone(),
+        state: job.state,
+        exit_code: job.exit_code,
+        signal: job.signal,
+        reason: job.reason.clone(),
+        command: job.command.clone(),
+        cwd: job.cwd.clone(),
+        gpus: job.gpus.clone(),
+        attempts: job.attempt,
+        max_attempts: job.retries + 1,
+        submitted_at: job.submitted_at,
+        started_at: job.started_at,
+        ended_at: job.ended_at.unwrap_or(job.submitted_at),
+        time_limit: job.time_limit,
+        oom_killed: job.attempt > 0 && executor::oom_killed(files, job.attempt),
+        stdout_path: files.stdout().display().to_string(),
+        stderr_path: files.stderr().display().to_string(),
+    };
+    // No utilisation samples yet: the GPU monitor is a later piece of work. The report still
+    // says which GPUs the job had and how big they are.
+    let usage: Vec<GpuUsage> = job
+        .gpus
+        .iter()
+        .map(|&index| GpuUsage {
+            index,
+            samples: 0,
+            mean_util_pct: None,
+            peak_util_pct: None,
+            peak_mem_bytes: None,
+            total_mem_bytes: gpus
+                .iter()
+                .find(|g| g.index == index)
+                .map_or(0, |g| g.memory_total),
+        })
+        .collect();
+    let written = match job.started_at {
+        Some(started) if job.state != JobState::Queued => {
+            let ran = job
+                .ended_at
+                .unwrap_or(started)
+                .saturating_sub(started)
+                .max(0) as u64;
+            let budget = Duration::from_millis(ran / 100).clamp(WALK_TIME_MIN, WALK_TIME_MAX);
+            written_files(Path::new(&job.cwd), started, home, budget)
+        }
+        _ => Vec::new(),
+    };
+    let report = report::build(&facts, &output, &usage, &written);
+    let markdown = report.to_markdown();
+    Built { report, markdown }
+}
+
+/// Feeds the last `SCAN_LIMIT` bytes of one output file to the scanner.
+fn scan(scanner: &mut OutputScanner, stream: Stream, path: &Path) {
+    let Ok(mut file) = fs::File::open(path) else {
+        return;
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > SCAN_LIMIT && file.seek(SeekFrom::Start(len - SCAN_LIMIT)).is_ok() {
+        scanner.skipped(stream, len - SCAN_LIMIT);
+    }
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => scanner.feed(stream, &buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+}
+
+/// Files under `cwd` modified at or after `since`, newest first, from a walk bounded in entries,
+/// depth and time that skips hidden directories, tool caches and baton's own state directory.
+/// Breadth first, so a walk cut short has still seen the top of the tree, where runs write.
+fn written_files(cwd: &Path, since: Millis, home: &Path, budget: Duration) -> Vec<FileChange> {
+    let deadline = Instant::now() + budget;
+    let mut out = Vec::new();
+    let mut visited = 0;
+    let mut queue = std::collections::VecDeque::from([(cwd.to_path_buf(), 0)]);
+    while let Some((dir, depth)) = queue.pop_front() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            visited += 1;
+            if visited > WALK_ENTRIES || (visited % 64 == 0 && Instant::now() > deadline) {
+                return sorted(out);
+            }
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if kind.is_dir() {
+                let skip = name.starts_with('.') && name != "."
+                    || SKIP_DIRS.contains(&name.as_ref())
+                    || path == home;
+                if !skip && depth + 1 < WALK_DEPTH {
+                    queue.push_back((path, depth + 1));
+                }
+                continue;
+            }
+            if !kind.is_file() {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            let modified = millis(meta.modified().ok());
+            if modified < since {
+                continue;
+            }
+            let rel = path.strip_prefix(cwd).unwrap_or(&path);
+            out.push(FileChange {
+                path: rel.display().to_string(),
+                bytes: meta.len(),
+                modified_at: modified,
+                created: meta
+                    .created()
+                    .ok()
+                    .is_some_and(|c| millis(Some(c)) >= since),
+            });
+        }
+    }
+    sorted(out)
+}
+
+fn sorted(mut files: Vec<FileChange>) -> Vec<FileChange> {
+    files.sort_by(|a, b| {
+        b.modified_at
+            .cmp(&a.modified_at)
+            .then_with(|| a.path.cmp(&b.path))
+    });
+    files
+}
+
+fn millis(t: Option<std::time::SystemTime>) -> Millis {
+    t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as Millis)
+}
+
+/// Writes `report.json` and `report.md`, each whole or not at all (temporary file, then rename),
+/// so a reader never sees half a report.
+pub fn store(files: &JobFiles, built: &Built) -> io::Result<()> {
+    fs::create_dir_all(&files.dir)?;
+    let json = serde_json::to_vec_pretty(&built.report).map_err(io::Error::other)?;
+    write_whole(&files.report_json(), &json)?;
+    write_whole(&files.report_md(), built.markdown.as_bytes())
+}
+
+fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    drop(f);
+    fs::rename(&tmp, path)
+}
+
+/// The stored report, if it has been built.
+pub fn load(files: &JobFiles) -> Option<Built> {
+    let report: Report = serde_json::from_slice(&fs::read(files.report_json()).ok()?).ok()?;
+    let markdown = fs::read_to_string(files.report_md()).ok()?;
+    Some(Built { report, markdown })
+}
