@@ -6,6 +6,7 @@ mod cli;
 mod daemon;
 mod executor;
 mod gpu;
+mod mcp;
 mod notify;
 mod paths;
 mod report;

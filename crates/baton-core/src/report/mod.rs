@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{JobState, Millis};
 
 pub use cause::build;
+pub use markdown::fenced;
 pub use sanitize::sanitize_line;
 pub use scanner::OutputScanner;
 

@@ -8,7 +8,7 @@ mod demo;
 mod events;
 mod gpus;
 mod logs;
-mod output;
+pub mod output;
 mod report;
 mod serve;
 mod status;
@@ -54,6 +54,8 @@ pub enum Command {
     Gpus,
     /// A self-contained tour on simulated GPUs in a temporary state directory.
     Demo(demo::Args),
+    /// Serve baton's tools to an agent over MCP (stdio): submit_job, wait_for_jobs, job_report...
+    Mcp,
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`.
     Completions {
         #[arg(value_enum)]
@@ -92,6 +94,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Deliver => Ok(ExitCode::from(crate::daemon::deliver_from_stdin() as u8)),
         Command::Agent(cmd) => agent::run(cmd, json),
         Command::Report(args) => report::run(args, json),
+        Command::Mcp => crate::mcp::run(),
         Command::Serve(args) => serve::run(args),
         Command::Completions { shell } => {
             completions::run(shell);
@@ -106,6 +109,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Events(args) => events::run(args, json),
         Command::Gpus => gpus::run(json),
     }
+}
+
+/// This process's file-creation mask, which jobs run with. It can only be read by setting it;
+/// it is set straight back.
+pub fn current_umask() -> u32 {
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+    rustix::process::umask(old);
+    old.bits()
 }
 
 /// The client for the daemon this user talks to.

@@ -57,13 +57,6 @@ pub struct Args {
     command: Vec<String>,
 }
 
-/// The umask can only be read by setting it; set it straight back.
-fn current_umask() -> u32 {
-    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
-    rustix::process::umask(old);
-    old.bits()
-}
-
 fn parse_tag(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
@@ -95,7 +88,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         tags: args.tags.into_iter().collect::<BTreeMap<_, _>>(),
         cwd: cwd.display().to_string(),
         env: std::env::vars().collect(),
-        umask: Some(current_umask()),
+        umask: Some(super::current_umask()),
         notify: args.notify,
         context: AgentContext::from_env(),
     };

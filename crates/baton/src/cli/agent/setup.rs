@@ -529,11 +529,13 @@ fn merge_codex_mcp(existing: Option<&str>, exe: &Path) -> Result<Merged, ConfigE
                 let mut t = toml_edit::InlineTable::new();
                 t.insert("command", exe_text.as_str().into());
                 t.insert("args", TomlValue::Array(args));
+                t.insert("tool_timeout_sec", TOOL_TIMEOUT_SEC.into());
                 servers.insert(SERVER_NAME, Item::Value(TomlValue::InlineTable(t)));
             } else {
                 let mut t = Table::new();
                 t.insert("command", toml_edit::value(exe_text.as_str()));
                 t.insert("args", toml_edit::value(args));
+                t.insert("tool_timeout_sec", toml_edit::value(TOOL_TIMEOUT_SEC));
                 servers.insert(SERVER_NAME, Item::Table(t));
             }
             added.push(description);
@@ -559,6 +561,11 @@ fn merge_codex_mcp(existing: Option<&str>, exe: &Path) -> Result<Merged, ConfigE
                 set_keeping_decor(server, "args", TomlValue::Array(Array::from_iter(["mcp"])));
                 changed = true;
             }
+            // A timeout the user chose is theirs; only a missing one gets ours.
+            if server.get("tool_timeout_sec").is_none() {
+                server.insert("tool_timeout_sec", toml_edit::value(TOOL_TIMEOUT_SEC));
+                changed = true;
+            }
             if changed {
                 added.push(format!(
                     "updated {description} (was: {})",
@@ -570,6 +577,10 @@ fn merge_codex_mcp(existing: Option<&str>, exe: &Path) -> Result<Merged, ConfigE
     let text = (!added.is_empty()).then(|| doc.to_string());
     Ok(Merged { text, added })
 }
+
+/// Codex's per-call tool timeout for baton (its default is 60 s): `wait_for_jobs` may block for
+/// up to 600 s.
+const TOOL_TIMEOUT_SEC: i64 = 660;
 
 /// Replaces a TOML value but keeps the comment and spacing around it.
 fn set_keeping_decor(table: &mut dyn toml_edit::TableLike, key: &str, mut value: toml_edit::Value) {
@@ -1075,7 +1086,7 @@ mod tests {
         let merged = merge_codex_mcp(None, exe()).unwrap();
         assert_eq!(
             merged.text.unwrap(),
-            "[mcp_servers.baton]\ncommand = \"/opt/baton/bin/baton\"\nargs = [\"mcp\"]\n"
+            "[mcp_servers.baton]\ncommand = \"/opt/baton/bin/baton\"\nargs = [\"mcp\"]\ntool_timeout_sec = 660\n"
         );
     }
 
@@ -1093,7 +1104,7 @@ mod tests {
             text,
             "# my settings\nmodel = \"gpt-5\"   # the default\n\n\
              [mcp_servers.github]\n# a token lives here\ncommand = \"npx\"\nargs = [\"-y\", \"gh\"]\n\n\
-             [mcp_servers.baton]\ncommand = \"/opt/baton/bin/baton\"\nargs = [\"mcp\"]\n\n\
+             [mcp_servers.baton]\ncommand = \"/opt/baton/bin/baton\"\nargs = [\"mcp\"]\ntool_timeout_sec = 660\n\n\
              [profiles.fast]\nmodel = \"mini\"\n"
         );
         let again = merge_codex_mcp(Some(&text), exe()).unwrap();
@@ -1106,8 +1117,11 @@ mod tests {
         let merged = merge_codex_mcp(Some(existing), exe()).unwrap();
         assert_eq!(
             merged.text.unwrap(),
-            "[mcp_servers.baton]\ncommand = \"/opt/baton/bin/baton\" # where it was\nargs = [\"mcp\"]\nstartup_timeout_sec = 30\n"
+            "[mcp_servers.baton]\ncommand = \"/opt/baton/bin/baton\" # where it was\nargs = [\"mcp\"]\nstartup_timeout_sec = 30\ntool_timeout_sec = 660\n"
         );
+        // A timeout the user set is kept.
+        let own = "[mcp_servers.baton]\ncommand = \"/opt/baton/bin/baton\"\nargs = [\"mcp\"]\ntool_timeout_sec = 30\n";
+        assert!(merge_codex_mcp(Some(own), exe()).unwrap().text.is_none());
         assert!(merged.added[0].contains("was: /old/baton"));
     }
 
