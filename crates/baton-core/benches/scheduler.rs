@@ -26,6 +26,7 @@ fn world(
         .map(|index| Gpu {
             index,
             memory_total: 80 * GIB,
+            node: index / 8,
         })
         .collect();
     let mut occ = baton_core::placement::Occupancy::new(&gpu_list);
@@ -85,6 +86,9 @@ fn world(
                     Some(((next() % 240) as i64 + 1) * MIN)
                 },
                 deps,
+                gang: None,
+                reserved: None,
+                prefer_node: None,
             }
         })
         .collect();

@@ -67,6 +67,7 @@ mod tests {
             .map(|index| Gpu {
                 index,
                 memory_total: 80 << 30,
+                node: 0,
             })
             .collect();
         assert_eq!(

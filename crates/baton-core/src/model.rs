@@ -104,11 +104,14 @@ impl GpuRequest {
     }
 }
 
-/// One GPU as the scheduler sees it.
+/// One GPU as the scheduler sees it. `index` is unique across the cluster; `node` says which
+/// machine it is in (0 for a single machine). A job's GPUs always come from one node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gpu {
     pub index: u32,
     pub memory_total: u64,
+    #[serde(default)]
+    pub node: u32,
 }
 
 /// Whether a dependency must succeed (`--after`) or merely end (`--after-any`).
@@ -137,6 +140,41 @@ pub struct PendingJob {
     /// The job's wall-clock limit; `None` means it may run forever (backfill treats it so).
     pub time_limit: Option<Millis>,
     pub deps: Vec<Dependency>,
+    /// The atomic workflow this job belongs to, while that workflow waits for admission: all of
+    /// its jobs are admitted together or none is.
+    #[serde(default)]
+    pub gang: Option<u64>,
+    /// GPUs reserved for this job by its workflow's admission: it starts on exactly these once
+    /// its dependencies allow, and nothing else may use them meanwhile.
+    #[serde(default)]
+    pub reserved: Option<Vec<u32>>,
+    /// The node to place it on if it fits there (where its predecessors' data is).
+    #[serde(default)]
+    pub prefer_node: Option<u32>,
+}
+
+impl PendingJob {
+    /// A plain queued job: no workflow, no reservation, no placement preference.
+    pub fn new(
+        id: JobId,
+        priority: i64,
+        submitted_at: Millis,
+        request: GpuRequest,
+        time_limit: Option<Millis>,
+        deps: Vec<Dependency>,
+    ) -> PendingJob {
+        PendingJob {
+            id,
+            priority,
+            submitted_at,
+            request,
+            time_limit,
+            deps,
+            gang: None,
+            reserved: None,
+            prefer_node: None,
+        }
+    }
 }
 
 /// A running job: what it holds and when it will have ended at the latest.

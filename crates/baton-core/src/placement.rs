@@ -1,6 +1,7 @@
-//! Where a job's GPUs come from: the per-GPU occupancy of a machine and the choice of GPUs for a
+//! Where a job's GPUs come from: the per-GPU occupancy of a cluster and the choice of GPUs for a
 //! request. Whole-GPU jobs take a GPU nobody uses; memory-sized jobs share a GPU with other
 //! memory-sized jobs while their sum fits in its memory, and never share with a whole-GPU job.
+//! A job's GPUs all come from one node (a single machine is node 0).
 
 use crate::model::{Gpu, GpuRequest};
 
@@ -28,8 +29,8 @@ pub struct Occupancy {
     free_whole: usize,
     /// The most memory free on any GPU a shared job could use.
     most_shared_free: u64,
-    /// Every GPU's memory, largest first: what an empty machine could ever offer.
-    totals_desc: Vec<u64>,
+    /// Every node's GPU memories, largest first: what an empty node could ever offer.
+    node_totals: Vec<(u32, Vec<u64>)>,
 }
 
 /// Holding a GPU that does not exist, or taking more than is free: a broken caller.
@@ -45,13 +46,22 @@ impl Occupancy {
     pub fn new(gpus: &[Gpu]) -> Self {
         let mut gpus = gpus.to_vec();
         gpus.sort_by_key(|g| g.index);
-        let mut totals_desc: Vec<u64> = gpus.iter().map(|g| g.memory_total).collect();
-        totals_desc.sort_unstable_by(|a, b| b.cmp(a));
+        let mut node_totals: Vec<(u32, Vec<u64>)> = Vec::new();
+        for g in &gpus {
+            match node_totals.iter_mut().find(|(n, _)| *n == g.node) {
+                Some((_, totals)) => totals.push(g.memory_total),
+                None => node_totals.push((g.node, vec![g.memory_total])),
+            }
+        }
+        for (_, totals) in &mut node_totals {
+            totals.sort_unstable_by(|a, b| b.cmp(a));
+        }
+        node_totals.sort_by_key(|(n, _)| *n);
         Occupancy {
             slots: vec![Slot::default(); gpus.len()],
             free_whole: gpus.len(),
-            most_shared_free: totals_desc.first().copied().unwrap_or(0),
-            totals_desc,
+            most_shared_free: gpus.iter().map(|g| g.memory_total).max().unwrap_or(0),
+            node_totals,
             gpus,
         }
     }
@@ -128,8 +138,15 @@ impl Occupancy {
 
     /// Chooses GPUs for `req`, or `None` if it does not fit now. Whole GPUs: the lowest free
     /// indices. Shared: best fit (the GPUs with the least memory left that still fit, preferring
-    /// GPUs already shared) so that whole GPUs stay free for whole-GPU jobs.
+    /// GPUs already shared) so that whole GPUs stay free for whole-GPU jobs. All from one node:
+    /// the one with the least room that still fits (keeping emptier nodes whole for big jobs).
     pub fn choose(&self, req: &GpuRequest) -> Option<Vec<u32>> {
+        self.choose_near(req, None)
+    }
+
+    /// Like [`Occupancy::choose`], but on node `prefer` if the request fits there (a task next to
+    /// the data its predecessor left).
+    pub fn choose_near(&self, req: &GpuRequest, prefer: Option<u32>) -> Option<Vec<u32>> {
         if req.count == 0 {
             return Some(Vec::new());
         }
@@ -140,19 +157,31 @@ impl Occupancy {
         if hopeless {
             return None;
         }
-        let mut candidates: Vec<usize> = (0..self.gpus.len())
+        let candidates: Vec<usize> = (0..self.gpus.len())
             .filter(|&pos| self.slot_admits(pos, req))
             .collect();
         if candidates.len() < req.count as usize {
             return None;
         }
+        // Candidates per node, in node order (GPUs are sorted by index, nodes need not be).
+        let mut per_node: Vec<(u32, Vec<usize>)> = Vec::new();
+        for pos in candidates {
+            let node = self.gpus[pos].node;
+            match per_node.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, list)) => list.push(pos),
+                None => per_node.push((node, vec![pos])),
+            }
+        }
+        per_node.retain(|(_, list)| list.len() >= req.count as usize);
+        per_node.sort_by_key(|(node, list)| (Some(*node) != prefer, list.len(), *node));
+        let (_, mut list) = per_node.into_iter().next()?;
         if req.mem_per_gpu.is_some() {
-            candidates.sort_by_key(|&pos| {
+            list.sort_by_key(|&pos| {
                 let left = self.gpus[pos].memory_total - self.slots[pos].mem_used;
                 (self.slots[pos].holders == 0, left, self.gpus[pos].index)
             });
         }
-        let mut chosen: Vec<u32> = candidates[..req.count as usize]
+        let mut chosen: Vec<u32> = list[..req.count as usize]
             .iter()
             .map(|&pos| self.gpus[pos].index)
             .collect();
@@ -160,15 +189,40 @@ impl Occupancy {
         Some(chosen)
     }
 
-    /// Whether `req` could ever fit on this machine, empty.
+    /// The node GPU `index` is in.
+    pub fn node_of(&self, index: u32) -> Option<u32> {
+        self.position(index).ok().map(|pos| self.gpus[pos].node)
+    }
+
+    /// Places every request at once, each on GPUs free after the ones before it, or none at all.
+    /// Requests go to the node of the first placed one when they fit there, so an atomic
+    /// workflow's tasks share a node (and its data) when they can.
+    pub fn choose_all(&self, requests: &[GpuRequest]) -> Option<Vec<Vec<u32>>> {
+        let mut trial = self.clone();
+        let mut node = None;
+        let mut out = Vec::with_capacity(requests.len());
+        for req in requests {
+            let chosen = trial.choose_near(req, node)?;
+            if node.is_none() {
+                node = chosen.first().and_then(|&g| trial.node_of(g));
+            }
+            trial.hold(&chosen, req).ok()?;
+            out.push(chosen);
+        }
+        Some(out)
+    }
+
+    /// Whether `req` could ever fit on this cluster, empty.
     pub fn could_ever_fit(&self, req: &GpuRequest) -> bool {
         if req.count == 0 {
             return true;
         }
-        match self.totals_desc.get(req.count as usize - 1) {
-            None => false,
-            Some(&nth_largest) => req.mem_per_gpu.is_none_or(|mem| nth_largest >= mem),
-        }
+        self.node_totals
+            .iter()
+            .any(|(_, totals)| match totals.get(req.count as usize - 1) {
+                None => false,
+                Some(&nth_largest) => req.mem_per_gpu.is_none_or(|mem| nth_largest >= mem),
+            })
     }
 
     /// What is free now, for "why is my job waiting" messages (formatted only when shown).
@@ -229,9 +283,67 @@ mod tests {
             .map(|index| Gpu {
                 index,
                 memory_total: 80 * GIB,
+                node: 0,
             })
             .collect();
         Occupancy::new(&gpus)
+    }
+
+    /// `nodes` nodes of `per_node` 80 GiB GPUs, indices numbered across the cluster.
+    fn cluster(nodes: u32, per_node: u32) -> Occupancy {
+        let gpus: Vec<Gpu> = (0..nodes * per_node)
+            .map(|index| Gpu {
+                index,
+                memory_total: 80 * GIB,
+                node: index / per_node,
+            })
+            .collect();
+        Occupancy::new(&gpus)
+    }
+
+    #[test]
+    fn a_job_never_spans_nodes_and_goes_where_it_fits_tightest() {
+        let mut occ = cluster(2, 4);
+        assert!(occ.could_ever_fit(&GpuRequest::whole(4)));
+        assert!(
+            !occ.could_ever_fit(&GpuRequest::whole(5)),
+            "5 GPUs exist only across nodes"
+        );
+        occ.hold(&[0], &GpuRequest::whole(1)).unwrap();
+        // Node 0 has 3 free, node 1 has 4: a 3-GPU job takes node 0 and keeps node 1 whole.
+        assert_eq!(occ.choose(&GpuRequest::whole(3)), Some(vec![1, 2, 3]));
+        assert_eq!(occ.choose(&GpuRequest::whole(4)), Some(vec![4, 5, 6, 7]));
+        occ.hold(&[4, 5], &GpuRequest::whole(2)).unwrap();
+        // 3 free on node 0 and 2 on node 1: 5 free in all, but no node has 4.
+        assert_eq!(occ.choose(&GpuRequest::whole(4)), None);
+        // A preference wins when the job fits there.
+        assert_eq!(
+            occ.choose_near(&GpuRequest::whole(1), Some(0)),
+            Some(vec![1])
+        );
+        assert_eq!(
+            occ.choose_near(&GpuRequest::whole(1), Some(1)),
+            Some(vec![6])
+        );
+    }
+
+    #[test]
+    fn all_or_nothing_placement_keeps_a_gang_together_or_places_none() {
+        let occ = cluster(2, 2);
+        let two = [GpuRequest::whole(1), GpuRequest::whole(1)];
+        let placed = occ.choose_all(&two).unwrap();
+        assert_eq!(
+            placed.iter().map(|g| occ.node_of(g[0])).collect::<Vec<_>>(),
+            [Some(0), Some(0)],
+            "the gang shares a node"
+        );
+        let five = [
+            GpuRequest::whole(2),
+            GpuRequest::whole(2),
+            GpuRequest::whole(1),
+        ];
+        assert_eq!(occ.choose_all(&five), None);
+        assert_eq!(occ.free().whole, 4, "a failed gang placement holds nothing");
     }
 
     #[test]

@@ -6,6 +6,12 @@
 //! cannot start gets a reservation at the earliest time the running jobs' limits guarantee it can
 //! (EASY backfill); a later job may jump ahead only if, by its own time limit, it cannot delay that
 //! reservation. Jobs without a time limit are assumed to run forever.
+//!
+//! An atomic workflow (its jobs share a `gang`) is admitted whole or not at all: when its turn
+//! comes, every one of its jobs must fit at once, and then each gets GPUs reserved that nothing
+//! else may take; a job with a reservation starts on exactly those GPUs once its dependencies
+//! allow. A gang that does not fit holds the reservation like a blocked job, so a stream of small
+//! jobs cannot starve it, and two gangs never deadlock: neither ever holds part of what it needs.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -77,33 +83,69 @@ impl fmt::Display for WaitReason {
     }
 }
 
+/// An atomic workflow admitted whole: GPUs reserved for each of its jobs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Admission {
+    pub gang: u64,
+    pub reserved: Vec<(JobId, Vec<u32>)>,
+}
+
+/// How a pass decides. The daemon uses the defaults; the simulator compares policies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanOptions {
+    /// EASY backfill. Without it the queue is strictly in order: nothing starts past the first
+    /// job that cannot.
+    pub backfill: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions { backfill: true }
+    }
+}
+
 /// The outcome of one pass.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
+    /// Atomic workflows admitted in this pass (before `starts`, which may include their jobs).
+    pub admissions: Vec<Admission>,
     pub starts: Vec<Start>,
     /// Jobs that can never start because a dependency they need to succeed did not.
     pub dependency_failed: Vec<(JobId, String)>,
     pub waiting: Vec<(JobId, WaitReason)>,
 }
 
-/// The earliest guaranteed start of the highest-priority blocked job, and what will still be held
-/// at that moment (jobs that may outlast it).
+/// The earliest guaranteed start of the highest-priority blocked job (or gang), and what will
+/// still be held at that moment (jobs that may outlast it).
 struct Reservation {
     job: JobId,
-    request: GpuRequest,
+    /// What must fit at `at`: one request for a job, all of a gang's for a gang.
+    requests: Vec<GpuRequest>,
     /// `None`: only when jobs without a time limit end, i.e. at an unknown time.
     at: Option<Millis>,
     held_then: Occupancy,
 }
 
-/// One scheduling pass. `states` maps every job a pending job depends on to its current state;
-/// a dependency missing from it counts as failed.
+/// One scheduling pass with the default options. `states` maps every job a pending job depends
+/// on to its current state; a dependency missing from it counts as failed.
 pub fn plan(
     gpus: &[Gpu],
     running: &[RunningJob],
     pending: &[PendingJob],
     states: &HashMap<JobId, JobState>,
     now: Millis,
+) -> Plan {
+    plan_with(gpus, running, pending, states, now, PlanOptions::default())
+}
+
+/// One scheduling pass.
+pub fn plan_with(
+    gpus: &[Gpu],
+    running: &[RunningJob],
+    pending: &[PendingJob],
+    states: &HashMap<JobId, JobState>,
+    now: Millis,
+    options: PlanOptions,
 ) -> Plan {
     let mut occupancy = Occupancy::new(gpus);
     let mut holders: Vec<RunningJob> = Vec::with_capacity(running.len() + pending.len());
@@ -114,14 +156,64 @@ pub fn plan(
             holders.push(job.clone());
         }
     }
+    // Reserved GPUs are taken as if their jobs ran, until an unknown time.
+    for job in pending {
+        if let Some(gpus) = &job.reserved
+            && occupancy.hold(gpus, &job.request).is_ok()
+        {
+            holders.push(RunningJob {
+                id: job.id,
+                gpus: gpus.clone(),
+                request: job.request,
+                ends_by: None,
+            });
+        }
+    }
 
     let mut order: Vec<&PendingJob> = pending.iter().collect();
     order.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.submitted_at, j.id));
 
     let mut out = Plan::default();
     let mut reservation: Option<Reservation> = None;
+    // Gangs already decided in this pass (admitted, or waiting whole).
+    let mut gangs_seen: Vec<u64> = Vec::new();
 
     for job in order {
+        if let Some(gpus) = &job.reserved {
+            match dependencies(job, states) {
+                Deps::Ready => out.starts.push(Start {
+                    job: job.id,
+                    gpus: gpus.clone(),
+                    backfilled: false,
+                }),
+                Deps::Waiting(on) => out.waiting.push((job.id, WaitReason::Dependency { on })),
+                Deps::Failed(reason) => out.dependency_failed.push((job.id, reason)),
+            }
+            continue;
+        }
+        if let Some(gang) = job.gang {
+            if gangs_seen.contains(&gang) {
+                continue;
+            }
+            gangs_seen.push(gang);
+            let members: Vec<&PendingJob> = pending
+                .iter()
+                .filter(|j| j.gang == Some(gang) && j.reserved.is_none())
+                .collect();
+            admit_gang(
+                gang,
+                &members,
+                gpus,
+                states,
+                now,
+                options,
+                &mut occupancy,
+                &mut holders,
+                &mut reservation,
+                &mut out,
+            );
+            continue;
+        }
         match dependencies(job, states) {
             Deps::Ready => {}
             Deps::Waiting(on) => {
@@ -140,10 +232,16 @@ pub fn plan(
             continue;
         }
         let ends_by = job.time_limit.map(|limit| now.saturating_add(limit));
-        let Some(chosen) = occupancy.choose(&job.request) else {
+        let chosen = if reservation.is_some() && !options.backfill {
+            // Strict order: nothing passes a blocked job.
+            None
+        } else {
+            occupancy.choose_near(&job.request, job.prefer_node)
+        };
+        let Some(chosen) = chosen else {
             let (needs, free) = (job.request, occupancy.free());
             if reservation.is_none() {
-                let r = reserve(job, gpus, &holders);
+                let r = reserve(job.id, &[job.request], gpus, &holders);
                 out.waiting.push((
                     job.id,
                     WaitReason::Resources {
@@ -155,15 +253,21 @@ pub fn plan(
                 ));
                 reservation = Some(r);
             } else {
-                out.waiting.push((
-                    job.id,
-                    WaitReason::Resources {
+                let behind = reservation.as_ref().map(|r| r.job);
+                let reason = match behind {
+                    Some(behind)
+                        if !options.backfill && occupancy.choose(&job.request).is_some() =>
+                    {
+                        WaitReason::Priority { behind }
+                    }
+                    _ => WaitReason::Resources {
                         needs,
                         free,
                         reserved_at: None,
                         reserved_in: None,
                     },
-                ));
+                };
+                out.waiting.push((job.id, reason));
             }
             continue;
         };
@@ -199,6 +303,112 @@ pub fn plan(
         });
     }
     out
+}
+
+/// An atomic workflow's turn: admitted whole if all its jobs fit now (and, behind a
+/// reservation, only if the whole gang cannot delay it), else it waits whole, taking the
+/// reservation if none is held yet.
+#[allow(clippy::too_many_arguments)]
+fn admit_gang(
+    gang: u64,
+    members: &[&PendingJob],
+    gpus: &[Gpu],
+    states: &HashMap<JobId, JobState>,
+    now: Millis,
+    options: PlanOptions,
+    occupancy: &mut Occupancy,
+    holders: &mut Vec<RunningJob>,
+    reservation: &mut Option<Reservation>,
+    out: &mut Plan,
+) {
+    let Some(head) = members.first() else {
+        return;
+    };
+    let requests: Vec<GpuRequest> = members.iter().map(|m| m.request).collect();
+    if Occupancy::new(gpus).choose_all(&requests).is_none() {
+        let free = occupancy.free();
+        for m in members {
+            out.waiting.push((
+                m.id,
+                WaitReason::Impossible {
+                    needs: m.request,
+                    free,
+                },
+            ));
+        }
+        return;
+    }
+    let placed = if reservation.is_some() && !options.backfill {
+        None
+    } else {
+        occupancy.choose_all(&requests)
+    };
+    // Behind a reservation a gang may go only if it cannot delay it: its jobs have no known end,
+    // so everything it takes must be spare at the reservation's time too.
+    let placed = placed.filter(|placed| match reservation.as_ref() {
+        None => true,
+        Some(r) => {
+            let mut then = r.held_then.clone();
+            members
+                .iter()
+                .zip(placed)
+                .all(|(m, g)| then.hold(g, &m.request).is_ok())
+                && then.choose_all(&r.requests).is_some()
+        }
+    });
+    let Some(placed) = placed else {
+        let free = occupancy.free();
+        let (reserved_at, reserved_in) = if reservation.is_none() {
+            let r = reserve(head.id, &requests, gpus, holders);
+            let at = r.at;
+            *reservation = Some(r);
+            (at, at.map(|at| at - now))
+        } else {
+            (None, None)
+        };
+        for m in members {
+            out.waiting.push((
+                m.id,
+                WaitReason::Resources {
+                    needs: m.request,
+                    free,
+                    reserved_at,
+                    reserved_in,
+                },
+            ));
+        }
+        return;
+    };
+    if let Some(r) = reservation.as_mut() {
+        for (m, g) in members.iter().zip(&placed) {
+            let _ = r.held_then.hold(g, &m.request);
+        }
+    }
+    let mut admission = Admission {
+        gang,
+        reserved: Vec::with_capacity(members.len()),
+    };
+    for (m, g) in members.iter().zip(placed) {
+        occupancy.hold(&g, &m.request).expect("placed on free GPUs");
+        holders.push(RunningJob {
+            id: m.id,
+            gpus: g.clone(),
+            request: m.request,
+            ends_by: None,
+        });
+        admission.reserved.push((m.id, g.clone()));
+        // Members whose dependencies are met start now; the others keep their reservation.
+        match dependencies(m, states) {
+            Deps::Ready => out.starts.push(Start {
+                job: m.id,
+                gpus: g,
+                backfilled: false,
+            }),
+            Deps::Waiting(on) => out.waiting.push((m.id, WaitReason::Dependency { on })),
+            Deps::Failed(reason) => out.dependency_failed.push((m.id, reason)),
+        }
+    }
+    out.admissions.push(admission);
 }
 
 enum Deps {
@@ -249,20 +459,17 @@ pub fn earliest_start(
     holders: &[RunningJob],
     request: &GpuRequest,
 ) -> Option<Millis> {
-    let probe = PendingJob {
-        id: JobId(0),
-        priority: 0,
-        submitted_at: 0,
-        request: *request,
-        time_limit: None,
-        deps: Vec::new(),
-    };
-    reserve(&probe, gpus, holders).at
+    reserve(JobId(0), &[*request], gpus, holders).at
 }
 
-/// Finds the earliest moment at which `job` is guaranteed to fit, assuming every holder runs until
-/// its limit, and what remains held then.
-fn reserve(job: &PendingJob, gpus: &[Gpu], holders: &[RunningJob]) -> Reservation {
+/// Finds the earliest moment at which all `requests` are guaranteed to fit together, assuming
+/// every holder runs until its limit, and what remains held then.
+fn reserve(
+    job: JobId,
+    requests: &[GpuRequest],
+    gpus: &[Gpu],
+    holders: &[RunningJob],
+) -> Reservation {
     let mut ends: Vec<Millis> = holders.iter().filter_map(|h| h.ends_by).collect();
     ends.sort_unstable();
     ends.dedup();
@@ -271,10 +478,10 @@ fn reserve(job: &PendingJob, gpus: &[Gpu], holders: &[RunningJob]) -> Reservatio
             gpus,
             holders.iter().filter(|h| outlasts(h.ends_by, Some(at))),
         );
-        if held.choose(&job.request).is_some() {
+        if held.choose_all(requests).is_some() {
             return Reservation {
-                job: job.id,
-                request: job.request,
+                job,
+                requests: requests.to_vec(),
                 at: Some(at),
                 held_then: held,
             };
@@ -283,8 +490,8 @@ fn reserve(job: &PendingJob, gpus: &[Gpu], holders: &[RunningJob]) -> Reservatio
     // Only jobs without limits stand in the way: when they end is unknown, so the reservation
     // protects the GPUs as if they were all free then.
     Reservation {
-        job: job.id,
-        request: job.request,
+        job,
+        requests: requests.to_vec(),
         at: None,
         held_then: Occupancy::new(gpus),
     }
@@ -310,7 +517,7 @@ fn fits_beside_reservation(
         return true;
     }
     let mut then = r.held_then.clone();
-    then.hold(chosen, request).is_ok() && then.choose(&r.request).is_some()
+    then.hold(chosen, request).is_ok() && then.choose_all(&r.requests).is_some()
 }
 
 #[cfg(test)]
@@ -326,6 +533,7 @@ mod tests {
             .map(|index| Gpu {
                 index,
                 memory_total: 80 * GIB,
+                node: 0,
             })
             .collect()
     }
@@ -338,6 +546,9 @@ mod tests {
             request: GpuRequest::whole(count),
             time_limit: None,
             deps: vec![],
+            gang: None,
+            reserved: None,
+            prefer_node: None,
         }
     }
 
@@ -498,5 +709,152 @@ mod tests {
             r.to_string(),
             "resources: needs 2 whole GPUs, 1 of 4 free; reserved to start within 10m00s"
         );
+    }
+
+    fn member(id: u64, gang: u64, count: u32, after: &[u64]) -> PendingJob {
+        PendingJob {
+            gang: Some(gang),
+            deps: after
+                .iter()
+                .map(|&d| Dependency {
+                    job: JobId(d),
+                    kind: DepKind::Success,
+                })
+                .collect(),
+            ..job(id, count)
+        }
+    }
+
+    fn queued(ids: &[u64]) -> HashMap<JobId, JobState> {
+        ids.iter().map(|&i| (JobId(i), JobState::Queued)).collect()
+    }
+
+    #[test]
+    fn an_atomic_workflow_is_admitted_whole_and_its_ready_jobs_start() {
+        // prep (1 GPU) -> train (2 GPUs) -> eval (1 GPU): 4 GPUs at once, on 4 GPUs.
+        let gang = [
+            member(1, 7, 1, &[]),
+            member(2, 7, 2, &[1]),
+            member(3, 7, 1, &[2]),
+        ];
+        let p = plan(&gpus(4), &[], &gang, &queued(&[1, 2, 3]), 0);
+        assert_eq!(p.admissions.len(), 1);
+        let reserved: Vec<usize> = p.admissions[0]
+            .reserved
+            .iter()
+            .map(|(_, g)| g.len())
+            .collect();
+        assert_eq!(reserved, [1, 2, 1]);
+        assert_eq!(started(&p), [1], "only the job with no dependency starts");
+        assert!(
+            p.waiting
+                .iter()
+                .all(|(_, w)| matches!(w, WaitReason::Dependency { .. }))
+        );
+
+        // With one GPU taken, the gang does not fit: nothing of it is admitted or started.
+        let busy = [running(9, &[0], Some(10 * MIN))];
+        let p = plan(&gpus(4), &busy, &gang, &queued(&[1, 2, 3]), 0);
+        assert!(p.admissions.is_empty() && p.starts.is_empty(), "{p:?}");
+        match &p.waiting[0].1 {
+            WaitReason::Resources { reserved_at, .. } => assert_eq!(*reserved_at, Some(10 * MIN)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn reserved_jobs_start_on_their_own_gpus_and_nobody_takes_them() {
+        let mut train = member(2, 7, 2, &[1]);
+        train.reserved = Some(vec![2, 3]);
+        let mut states = queued(&[2, 5]);
+        states.insert(JobId(1), JobState::Running);
+        let other = job(5, 1);
+        let p = plan(
+            &gpus(4),
+            &[running(1, &[0], None)],
+            &[train.clone(), other],
+            &states,
+            0,
+        );
+        assert_eq!(
+            p.starts,
+            vec![Start {
+                job: JobId(5),
+                gpus: vec![1],
+                backfilled: false
+            }]
+        );
+        states.insert(JobId(1), JobState::Succeeded);
+        let p = plan(&gpus(4), &[], &[train], &states, 0);
+        assert_eq!(
+            p.starts,
+            vec![Start {
+                job: JobId(2),
+                gpus: vec![2, 3],
+                backfilled: false
+            }]
+        );
+    }
+
+    #[test]
+    fn two_gangs_never_split_the_gpus_between_them() {
+        // Two 3-GPU gangs on 4 GPUs: one is admitted whole, the other waits whole.
+        let a = [member(1, 1, 2, &[]), member(2, 1, 1, &[])];
+        let b = [member(3, 2, 2, &[]), member(4, 2, 1, &[])];
+        let all: Vec<PendingJob> = a.iter().chain(&b).cloned().collect();
+        let p = plan(&gpus(4), &[], &all, &queued(&[1, 2, 3, 4]), 0);
+        assert_eq!(p.admissions.len(), 1);
+        assert_eq!(p.admissions[0].gang, 1);
+        assert_eq!(started(&p), [1, 2]);
+    }
+
+    #[test]
+    fn a_waiting_gang_is_not_starved_by_small_jobs() {
+        // 4 GPUs, 2 busy until t=10m. A 4-GPU gang waits for them; a 1-GPU job with no time
+        // limit would hold a GPU past 10m and delay it, so it must not start.
+        let gang = [member(1, 1, 2, &[]), member(2, 1, 2, &[])];
+        let mut small = job(3, 1);
+        small.submitted_at = 100;
+        let busy = [running(9, &[0, 1], Some(10 * MIN))];
+        let mut queue = gang.to_vec();
+        queue.push(small.clone());
+        let p = plan(&gpus(4), &busy, &queue, &queued(&[1, 2, 3]), 0);
+        assert!(started(&p).is_empty(), "{p:?}");
+        // A short one that ends before the gang's reservation may backfill.
+        small.time_limit = Some(5 * MIN);
+        let mut queue = gang.to_vec();
+        queue.push(small);
+        let p = plan(&gpus(4), &busy, &queue, &queued(&[1, 2, 3]), 0);
+        assert_eq!(started(&p), [3]);
+    }
+
+    #[test]
+    fn a_gang_bigger_than_the_cluster_is_impossible_not_waiting() {
+        let gang = [member(1, 1, 3, &[]), member(2, 1, 2, &[])];
+        let p = plan(&gpus(4), &[], &gang, &queued(&[1, 2]), 0);
+        assert!(
+            p.waiting
+                .iter()
+                .all(|(_, w)| matches!(w, WaitReason::Impossible { .. }))
+        );
+    }
+
+    #[test]
+    fn without_backfill_nothing_passes_a_blocked_job() {
+        let busy = [running(9, &[0, 1, 2], Some(10 * MIN))];
+        let mut short = job(2, 1);
+        short.time_limit = Some(MIN);
+        let queue = [job(1, 2), short];
+        let fifo = plan_with(
+            &gpus(4),
+            &busy,
+            &queue,
+            &queued(&[1, 2]),
+            0,
+            PlanOptions { backfill: false },
+        );
+        assert!(fifo.starts.is_empty());
+        let easy = plan(&gpus(4), &busy, &queue, &queued(&[1, 2]), 0);
+        assert_eq!(started(&easy), [2]);
     }
 }

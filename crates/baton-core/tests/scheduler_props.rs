@@ -60,6 +60,7 @@ fn world() -> impl Strategy<Value = World> {
             .map(|index| Gpu {
                 index,
                 memory_total: 80 * GIB,
+                node: 0,
             })
             .collect();
         let mut occ = Occupancy::new(&gpus);
@@ -110,6 +111,9 @@ fn world() -> impl Strategy<Value = World> {
                 request: req,
                 time_limit: lim,
                 deps,
+                gang: None,
+                reserved: None,
+                prefer_node: None,
             });
         }
         World {

@@ -102,6 +102,7 @@ impl Daemon {
             .map(|g| Gpu {
                 index: g.index,
                 memory_total: g.memory_total,
+                node: 0,
             })
             .collect();
         let (ended, ended_rx) = unbounded_channel();
@@ -514,6 +515,9 @@ fn scheduling_input(inner: &Inner) -> Result<SchedulingInput, StoreError> {
                     request: job.request,
                     time_limit: job.time_limit,
                     deps: job.deps.clone(),
+                    gang: None,
+                    reserved: None,
+                    prefer_node: None,
                 });
             }
             _ => {}
