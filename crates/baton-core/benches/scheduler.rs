@@ -89,6 +89,7 @@ fn world(
                 gang: None,
                 reserved: None,
                 prefer_node: None,
+                critical_path: 0,
             }
         })
         .collect();

@@ -10,6 +10,7 @@ pub mod placement;
 pub mod report;
 pub mod scheduler;
 pub mod units;
+pub mod workflow;
 
 pub use model::{
     DepKind, Dependency, Gpu, GpuRequest, JobId, JobState, Millis, PendingJob, RunningJob,

@@ -151,6 +151,11 @@ pub struct PendingJob {
     /// The node to place it on if it fits there (where its predecessors' data is).
     #[serde(default)]
     pub prefer_node: Option<u32>,
+    /// For a workflow's task: the predicted time from its start to the end of its workflow along
+    /// the longest path through it. Among jobs of equal priority submitted together, the one
+    /// with the longest path goes first (critical path first).
+    #[serde(default)]
+    pub critical_path: Millis,
 }
 
 impl PendingJob {
@@ -173,6 +178,7 @@ impl PendingJob {
             gang: None,
             reserved: None,
             prefer_node: None,
+            critical_path: 0,
         }
     }
 }

@@ -2,7 +2,9 @@
 //! queued jobs start now and on which GPUs, which fail because a dependency failed, and why each
 //! of the others waits.
 //!
-//! Order is priority (higher first), then submission time. The first job in that order that
+//! Order is priority (higher first), then submission time, then (for a workflow's tasks, which
+//! share their workflow's submission time) the longest predicted path to the workflow's end
+//! first. The first job in that order that
 //! cannot start gets a reservation at the earliest time the running jobs' limits guarantee it can
 //! (EASY backfill); a later job may jump ahead only if, by its own time limit, it cannot delay that
 //! reservation. Jobs without a time limit are assumed to run forever.
@@ -171,7 +173,15 @@ pub fn plan_with(
     }
 
     let mut order: Vec<&PendingJob> = pending.iter().collect();
-    order.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.submitted_at, j.id));
+    order.sort_by_key(|j| {
+        use std::cmp::Reverse;
+        (
+            Reverse(j.priority),
+            j.submitted_at,
+            Reverse(j.critical_path),
+            j.id,
+        )
+    });
 
     let mut out = Plan::default();
     let mut reservation: Option<Reservation> = None;
@@ -549,6 +559,7 @@ mod tests {
             gang: None,
             reserved: None,
             prefer_node: None,
+            critical_path: 0,
         }
     }
 
@@ -856,5 +867,17 @@ mod tests {
         assert!(fifo.starts.is_empty());
         let easy = plan(&gpus(4), &busy, &queue, &queued(&[1, 2]), 0);
         assert_eq!(started(&easy), [2]);
+    }
+
+    #[test]
+    fn among_tasks_submitted_together_the_longest_path_goes_first() {
+        let mut short = job(1, 1);
+        let mut long = job(2, 1);
+        short.submitted_at = 0;
+        long.submitted_at = 0;
+        short.critical_path = 5 * MIN;
+        long.critical_path = 50 * MIN;
+        let p = plan(&gpus(1), &[], &[short, long], &queued(&[1, 2]), 0);
+        assert_eq!(started(&p), [2]);
     }
 }

@@ -114,6 +114,7 @@ fn world() -> impl Strategy<Value = World> {
                 gang: None,
                 reserved: None,
                 prefer_node: None,
+                critical_path: 0,
             });
         }
         World {

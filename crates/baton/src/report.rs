@@ -50,9 +50,27 @@ pub struct Built {
     pub markdown: String,
 }
 
+/// Who looks at the job's working directory for the files it wrote.
+pub enum Look<'a> {
+    /// This process, as itself (the daemon serving its own user).
+    Here,
+    /// A child process with the job owner's identity: a root daemon must not list a directory
+    /// (or follow a symlink the job left in place of it) with root's permissions.
+    As {
+        exe: &'a Path,
+        run_as: &'a crate::executor::RunAs,
+    },
+}
+
 /// Builds the report of an ended job. `home` is baton's state directory (never listed as files
 /// the job wrote, should the job run inside it).
-pub fn build(job: &JobRecord, files: &JobFiles, gpus: &[GpuInfo], home: &Path) -> Built {
+pub fn build(
+    job: &JobRecord,
+    files: &JobFiles,
+    gpus: &[GpuInfo],
+    home: &Path,
+    look: Look<'_>,
+) -> Built {
     let mut scanner = OutputScanner::new();
     scan(&mut scanner, Stream::Stdout, &files.stdout());
     scan(&mut scanner, Stream::Stderr, &files.stderr());
@@ -102,7 +120,12 @@ pub fn build(job: &JobRecord, files: &JobFiles, gpus: &[GpuInfo], home: &Path) -
                 .saturating_sub(started)
                 .max(0) as u64;
             let budget = Duration::from_millis(ran / 100).clamp(WALK_TIME_MIN, WALK_TIME_MAX);
-            written_files(Path::new(&job.cwd), started, home, budget)
+            match look {
+                Look::Here => written_files(Path::new(&job.cwd), started, home, budget),
+                Look::As { exe, run_as } => {
+                    written_files_as(exe, run_as, &job.cwd, started, home, budget)
+                }
+            }
         }
         _ => Vec::new(),
     };
@@ -188,6 +211,65 @@ fn written_files(cwd: &Path, since: Millis, home: &Path, budget: Duration) -> Ve
     sorted(out)
 }
 
+/// The walk done by `baton written-files` running as another user; nothing if it fails.
+fn written_files_as(
+    exe: &Path,
+    run_as: &crate::executor::RunAs,
+    cwd: &str,
+    since: Millis,
+    home: &Path,
+    budget: Duration,
+) -> Vec<FileChange> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("written-files")
+        .arg(cwd)
+        .arg(since.to_string())
+        .arg(home)
+        .arg(budget.as_millis().to_string())
+        .env_clear()
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let (uid, gid, groups) = (run_as.uid, run_as.gid, run_as.groups.clone());
+    // SAFETY: only async-signal-safe calls between fork and exec; `groups` is allocated before.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| serde_json::from_slice(&o.stdout).ok())
+        .unwrap_or_default()
+}
+
+/// `baton written-files CWD SINCE HOME BUDGET_MS`: the walk, for a daemon that must not do it
+/// with its own permissions; prints the files as JSON.
+pub fn written_files_command(args: &[String]) -> i32 {
+    let [cwd, since, home, budget] = args else {
+        return 2;
+    };
+    let (Ok(since), Ok(budget)) = (since.parse::<Millis>(), budget.parse::<u64>()) else {
+        return 2;
+    };
+    let files = written_files(
+        Path::new(cwd),
+        since,
+        Path::new(home),
+        Duration::from_millis(budget),
+    );
+    println!("{}", serde_json::to_string(&files).expect("plain data"));
+    0
+}
+
 fn sorted(mut files: Vec<FileChange>) -> Vec<FileChange> {
     files.sort_by(|a, b| {
         b.modified_at
@@ -212,7 +294,14 @@ pub fn store(files: &JobFiles, built: &Built) -> io::Result<()> {
 }
 
 fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    // A temporary name of its own per write: two builders never write into one file.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()));
     let mut f = fs::File::create(&tmp)?;
     f.write_all(bytes)?;
     drop(f);

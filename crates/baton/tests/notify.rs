@@ -8,7 +8,7 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -262,7 +262,8 @@ fn a_claude_session_inbox_gets_the_report_with_its_token_which_stays_secret() {
     let sock = b.root.join("cc.sock");
     let token = "0123456789abcdef0123456789abcdef";
     let inbox = claude_inbox(&sock, token);
-    let mut cmd = b.cmd(["submit", "--", "sh", "-c", "echo hello; exit 3"]);
+    // The job prints its whole environment: the token must not be in it.
+    let mut cmd = b.cmd(["submit", "--", "sh", "-c", "echo hello; env; exit 3"]);
     cmd.env("CLAUDE_CODE_SESSION_ID", "sess-1")
         .env("CLAUDE_CODE_MESSAGING_SOCKET", &sock)
         .env("CLAUDE_CODE_MESSAGING_TOKEN", token);
@@ -285,7 +286,15 @@ fn a_claude_session_inbox_gets_the_report_with_its_token_which_stays_secret() {
             format!("file:{}", b.home.join("inbox.md").display())
         ])
     );
-    // The token is in no answer of the API.
+    // The token is in no answer of the API, no report, no inbox, and not in the job's own
+    // environment (from where its output could carry it anywhere).
+    assert!(!text.contains(token), "the token reached the message");
+    let inbox = std::fs::read_to_string(b.home.join("inbox.md")).unwrap();
+    assert!(
+        inbox.contains("CLAUDE_CODE_SESSION_ID=sess-1"),
+        "the job's env is in its output"
+    );
+    assert!(!inbox.contains(token), "the token reached the inbox");
     for args in [
         vec!["status", "--all", "--json"],
         vec!["report", &id.to_string(), "--json"],
@@ -569,37 +578,75 @@ impl Drop for TmuxServer {
     }
 }
 
+/// Starts `program ARGS` in a new tmux pane and waits until tmux shows `name` as its foreground
+/// program (before that, the pane runs a shell, which baton never types into).
+fn pane_running(server: &TmuxServer, command: &[&str], name: &str) -> String {
+    let mut args = vec!["new-session", "-d", "-x", "200", "-y", "50"];
+    args.extend_from_slice(command);
+    server.tmux(&args);
+    let pane = server
+        .tmux(&["display-message", "-p", "#{pane_id}"])
+        .trim()
+        .to_string();
+    let until = Instant::now() + DEADLINE;
+    while server
+        .tmux(&[
+            "display-message",
+            "-p",
+            "-t",
+            &pane,
+            "#{pane_current_command}",
+        ])
+        .trim()
+        != name
+    {
+        assert!(Instant::now() < until, "the pane never ran {name}");
+        std::thread::sleep(POLL);
+    }
+    pane
+}
+
+fn submit_in_pane(b: &Baton, server: &TmuxServer, pane: &str, script: &str) -> u64 {
+    let mut cmd = b.cmd(["submit", "--", "sh", "-c", script]);
+    cmd.env("TMUX", format!("{},1,0", server.socket.display()))
+        .env("TMUX_PANE", pane);
+    run_cmd(cmd).expect(0).stdout.trim().parse().unwrap()
+}
+
 #[test]
 fn a_tmux_pane_running_an_agent_gets_the_report_typed_in_once() {
-    if !require("tmux") {
+    if !require("tmux") || !require("python3") {
         return;
     }
     let b = Baton::start(1);
     let server = TmuxServer {
         socket: b.root.join("tmux.sock"),
     };
-    // The "agent": reads what is typed (without echo, as a TUI draws its own input) and keeps it.
-    let received = b.path("received.txt");
-    let agent = format!("stty -echo; exec cat > {}", received.display());
-    server.tmux(&[
-        "new-session",
-        "-d",
-        "-x",
-        "200",
-        "-y",
-        "50",
-        "sh",
-        "-c",
-        &agent,
-    ]);
-    let pane = server
-        .tmux(&["display-message", "-p", "#{pane_id}"])
-        .trim()
-        .to_string();
-    let mut cmd = b.cmd(["submit", "--", "sh", "-c", "echo 'epoch: 3, loss: 0.07'"]);
-    cmd.env("TMUX", format!("{},1,0", server.socket.display()))
-        .env("TMUX_PANE", &pane);
-    let id: u64 = run_cmd(cmd).expect(0).stdout.trim().parse().unwrap();
+    // The "agent": a terminal UI like Claude Code's (bracketed paste; an Enter that comes with a
+    // paste is a newline), run under the name `claude` so tmux names it so.
+    let claude = b.root.join("claude");
+    std::os::unix::fs::symlink(python_binary(), &claude).unwrap();
+    let agent = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agent/fake_agent.py");
+    let sent = b.path("sent.txt");
+    let (claude, agent, sent_arg) = (
+        claude.display().to_string(),
+        agent.display().to_string(),
+        sent.display().to_string(),
+    );
+    let pane = pane_running(&server, &[&claude, &agent, &sent_arg], "claude");
+    // Ready once it has drawn its prompt (before that the terminal is not yet in raw mode).
+    let until = Instant::now() + DEADLINE;
+    while !server
+        .tmux(&["capture-pane", "-p", "-t", &pane])
+        .contains('>')
+    {
+        assert!(
+            Instant::now() < until,
+            "the stand-in agent never drew its prompt"
+        );
+        std::thread::sleep(POLL);
+    }
+    let id = submit_in_pane(&b, &server, &pane, "echo 'epoch: 3, loss: 0.07'");
     b.wait_ok(&[id]);
     let deliveries = settled_deliveries(&b, id);
     assert_eq!(deliveries[0]["channel"], format!("tmux:{pane}"));
@@ -609,21 +656,23 @@ fn a_tmux_pane_running_an_agent_gets_the_report_typed_in_once() {
         "{deliveries:#?}\n{}",
         b.daemon_log()
     );
-    wait_contains(&received, &format!("[end of baton report for job {id}]"));
-    let got = std::fs::read_to_string(&received).unwrap();
-    assert_eq!(
-        count(&got, &format!("[baton] job {id} ended: succeeded")),
-        1,
+    wait_contains(&sent, "<<SENT>>");
+    let got = std::fs::read_to_string(&sent).unwrap();
+    // Sent once, whole: the doorbell first, the end marker last, nothing split off.
+    assert_eq!(count(&got, "<<SENT>>"), 1, "{got}");
+    assert!(
+        got.starts_with(&format!("[baton] job {id} ended: succeeded")),
+        "{got}"
+    );
+    assert!(
+        got.contains(&format!("[end of baton report for job {id}]\n<<SENT>>")),
         "{got}"
     );
     assert!(got.contains("loss=0.07"), "{got}");
 
     // A pane that has closed: the delivery is skipped and the inbox file has the report.
     server.tmux(&["kill-pane", "-t", &pane]);
-    let mut cmd = b.cmd(["submit", "--", "true"]);
-    cmd.env("TMUX", format!("{},1,0", server.socket.display()))
-        .env("TMUX_PANE", &pane);
-    let gone: u64 = run_cmd(cmd).expect(0).stdout.trim().parse().unwrap();
+    let gone = submit_in_pane(&b, &server, &pane, "true");
     b.wait_ok(&[gone]);
     let deliveries = settled_deliveries(&b, gone);
     assert_eq!(deliveries[0]["state"], "skipped", "{deliveries:#?}");
@@ -633,8 +682,20 @@ fn a_tmux_pane_running_an_agent_gets_the_report_typed_in_once() {
     );
 }
 
+/// The real Python binary (not a version manager's shim, which goes by its own name).
+fn python_binary() -> PathBuf {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import os, sys; print(os.path.realpath(sys.executable))",
+        ])
+        .output()
+        .unwrap();
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
 #[test]
-fn a_tmux_pane_at_a_shell_prompt_is_never_typed_into() {
+fn a_tmux_pane_running_anything_but_an_agent_is_never_typed_into() {
     if !require("tmux") {
         return;
     }
@@ -642,36 +703,44 @@ fn a_tmux_pane_at_a_shell_prompt_is_never_typed_into() {
     let server = TmuxServer {
         socket: b.root.join("tmux.sock"),
     };
+    // A shell, and a program that would run whatever it is given (as ssh or `sudo -s` would).
     let history = b.path("history");
-    server.tmux(&[
-        "new-session",
-        "-d",
-        "-x",
-        "200",
-        "-y",
-        "50",
-        "env",
-        &format!("HISTFILE={}", history.display()),
+    let shell = pane_running(
+        &server,
+        &[
+            "env",
+            &format!("HISTFILE={}", history.display()),
+            "bash",
+            "--norc",
+            "-i",
+        ],
         "bash",
-        "--norc",
-        "-i",
-    ]);
-    let pane = server
-        .tmux(&["display-message", "-p", "#{pane_id}"])
-        .trim()
-        .to_string();
-    let mut cmd = b.cmd(["submit", "--", "true"]);
-    cmd.env("TMUX", format!("{},1,0", server.socket.display()))
-        .env("TMUX_PANE", &pane);
-    let id: u64 = run_cmd(cmd).expect(0).stdout.trim().parse().unwrap();
-    b.wait_ok(&[id]);
-    let deliveries = settled_deliveries(&b, id);
-    assert_eq!(deliveries[0]["state"], "delivered", "{deliveries:#?}");
-    let screen = server.tmux(&["capture-pane", "-p", "-t", &pane]);
+    );
+    let typed = b.path("typed.txt");
+    let runner = pane_running(
+        &server,
+        &["sh", "-c", &format!("exec cat > {}", typed.display())],
+        "cat",
+    );
+    for pane in [&shell, &runner] {
+        let id = submit_in_pane(&b, &server, pane, "echo 'touch pwned'; exit 1");
+        b.wait(&[id], "30s").expect(1);
+        let deliveries = settled_deliveries(&b, id);
+        assert_eq!(deliveries[0]["state"], "delivered", "{deliveries:#?}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let screen = server.tmux(&["capture-pane", "-p", "-t", &shell]);
     assert!(
         !screen.contains("[baton]"),
         "the report was typed into a shell:\n{screen}"
     );
+    assert!(
+        std::fs::read_to_string(&typed)
+            .unwrap_or_default()
+            .is_empty(),
+        "the report was typed into cat"
+    );
+    assert!(!b.path("pwned").exists());
 }
 
 /// A Codex home with a session file for `thread`, as `codex queue` expects (shared/agents).
@@ -844,4 +913,71 @@ fn the_claude_hook_wakes_the_session_with_the_reports_of_the_jobs_its_call_submi
     let mut cmd = b.cmd(["agent", "wait-hook"]);
     cmd.stdin(std::process::Stdio::null());
     assert_eq!(run_cmd(cmd).code, 0);
+}
+
+#[test]
+fn many_jobs_ending_at_once_are_each_delivered_exactly_once() {
+    let b = Baton::start(4);
+    let ids: Vec<u64> = (0..60)
+        .map(|_| {
+            b.submit(&[
+                "--notify",
+                "file:many.md",
+                "--notify",
+                "cmd:cat >> many-cmd.md",
+                "--",
+                "true",
+            ])
+        })
+        .collect();
+    b.wait_ok(&ids);
+    for &id in &ids {
+        settled_deliveries(&b, id);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let file = b.read("many.md");
+    let cmd = b.read("many-cmd.md");
+    for id in ids {
+        assert_eq!(
+            count(&file, &format!("[end of baton report for job {id}]")),
+            1,
+            "job {id} in many.md"
+        );
+        let headline = format!("job {id} \"true\" ");
+        assert_eq!(
+            cmd.lines().filter(|l| l.starts_with(&headline)).count(),
+            1,
+            "job {id} in many-cmd.md"
+        );
+    }
+}
+
+#[test]
+fn a_claude_inbox_that_keeps_the_connection_open_gets_one_copy() {
+    let b = Baton::start(1);
+    let sock = b.root.join("cc.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    let (tx, got) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let (mut auth, mut msg) = (String::new(), String::new());
+            reader.read_line(&mut auth).unwrap();
+            reader.read_line(&mut msg).unwrap();
+            let _ = tx.send(msg);
+            held.push(conn); // never closed
+        }
+    });
+    let mut cmd = b.cmd(["submit", "--notify", "claude", "--", "true"]);
+    cmd.env("CLAUDE_CODE_SESSION_ID", "s")
+        .env("CLAUDE_CODE_MESSAGING_SOCKET", &sock)
+        .env("CLAUDE_CODE_MESSAGING_TOKEN", "t");
+    let id: u64 = run_cmd(cmd).expect(0).stdout.trim().parse().unwrap();
+    got.recv_timeout(DEADLINE).expect("no message");
+    assert_eq!(settled_deliveries(&b, id)[0]["state"], "delivered");
+    assert!(
+        got.recv_timeout(Duration::from_secs(4)).is_err(),
+        "a second copy came"
+    );
 }

@@ -200,6 +200,34 @@ fn system_mode_runs_jobs_as_their_submitters_and_guards_cancel() {
         );
         assert_eq!(meta.mode() & 0o777, 0o600);
     }
+    // The report lists the files a job wrote with its owner's permissions, not root's: a job
+    // that swaps its working directory for a link to a root-only directory learns nothing.
+    let secret = b.root.join("secret");
+    std::fs::create_dir(&secret).unwrap();
+    chmod(&secret, 0o700);
+    std::fs::write(secret.join("salaries.xlsx"), "x").unwrap();
+    let swap_dir = b.work.join("swap");
+    std::fs::create_dir(&swap_dir).unwrap();
+    chmod(&swap_dir, 0o777);
+    let swap_arg = swap_dir.to_string_lossy().into_owned();
+    let script = format!(
+        "touch mine.txt; cd /; rm -rf '{swap_arg}'; ln -s '{}' '{swap_arg}'",
+        secret.display()
+    );
+    let out = as_user(
+        &b,
+        &alice,
+        &["submit", "--cwd", &swap_arg, "--", "sh", "-c", &script],
+    )
+    .expect(0);
+    let swapped: u64 = out.stdout.trim().parse().unwrap();
+    assert_eq!(b.wait(&[swapped], "15s").code, 0, "{}", b.daemon_log());
+    let report = as_user(&b, &alice, &["report", &swapped.to_string()]).expect(0);
+    assert!(
+        !report.stdout.contains("salaries"),
+        "root's files leaked:\n{}",
+        report.stdout
+    );
     // Bob cannot read Alice's report through the daemon either.
     let out = as_user(&b, &bob, &["report", &a.to_string()]);
     assert_eq!(out.code, 2, "{out:?}");

@@ -155,6 +155,28 @@ impl Client {
         ))
     }
 
+    pub fn submit_workflow(
+        &self,
+        req: &WorkflowSubmitRequest,
+    ) -> Result<WorkflowView, ClientError> {
+        self.post("/workflows", req)
+    }
+
+    pub fn workflow(&self, id: u64) -> Result<WorkflowView, ClientError> {
+        self.get(&format!("/workflows/{id}"))
+    }
+
+    pub fn cancel_workflow(&self, id: u64, force: bool) -> Result<WorkflowView, ClientError> {
+        self.post(
+            &format!("/workflows/{id}/cancel"),
+            &CancelRequest {
+                ids: Vec::new(),
+                force,
+                session: AgentContext::from_env().session(),
+            },
+        )
+    }
+
     pub fn report(&self, id: u64) -> Result<ReportResponse, ClientError> {
         self.get(&format!("/jobs/{id}/report"))
     }

@@ -93,7 +93,8 @@ impl AgentContext {
     }
 
     /// The agent session this context belongs to, as shown in job objects: `claude:ID`,
-    /// `codex:THREAD` or `tmux:PANE`; none for a plain shell outside tmux.
+    /// `codex:THREAD` or `tmux:PANE@SOCKET` (pane ids repeat across tmux servers, so the server
+    /// is part of it); none for a plain shell outside tmux.
     pub fn session(&self) -> Option<String> {
         if let Some(id) = &self.claude_session {
             return Some(format!("claude:{id}"));
@@ -101,7 +102,16 @@ impl AgentContext {
         if let Some(thread) = &self.codex_thread {
             return Some(format!("codex:{thread}"));
         }
-        self.tmux_pane.as_ref().map(|pane| format!("tmux:{pane}"))
+        let pane = self.tmux_pane.as_ref()?;
+        let server = self
+            .tmux
+            .as_deref()
+            .and_then(|t| t.split(',').next())
+            .filter(|s| !s.is_empty());
+        Some(match server {
+            Some(server) => format!("tmux:{pane}@{server}"),
+            None => format!("tmux:{pane}"),
+        })
     }
 }
 
@@ -138,6 +148,9 @@ pub struct JobView {
     pub notify: Vec<String>,
     /// The agent session that submitted the job (`claude:ID`, `codex:THREAD`, `tmux:PANE`).
     pub session: Option<String>,
+    /// The job's task name in its workflow.
+    #[serde(default)]
+    pub task: Option<String>,
     /// For a queued job just submitted: how many queued jobs are ahead of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_position: Option<usize>,
@@ -298,4 +311,57 @@ pub struct InfoResponse {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub error: String,
+}
+
+/// `POST /v1/workflows`: queue a workflow (DESIGN §6) from the text of its YAML file.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowSubmitRequest {
+    /// The file's path as the user gave it, for messages (`pipeline.yaml: line 4, column 12: …`).
+    pub source: String,
+    /// The file's contents.
+    pub text: String,
+    /// The file's directory: the tasks' working directory, and what a relative `cwd` is
+    /// relative to.
+    pub base_dir: String,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub umask: Option<u32>,
+    /// Where each task's report goes (as `submit --notify`); empty means `auto`.
+    #[serde(default)]
+    pub notify: Vec<String>,
+    #[serde(default)]
+    pub context: AgentContext,
+}
+
+/// A workflow and its tasks, as `baton workflow status` shows them.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkflowView {
+    pub id: u64,
+    pub name: String,
+    pub atomic: bool,
+    /// queued, running, succeeded, failed or cancelled.
+    pub state: String,
+    pub owner: String,
+    pub source: String,
+    pub submitted_at: String,
+    /// For an atomic workflow: when all its GPUs were reserved.
+    pub admitted_at: Option<String>,
+    pub ended_at: Option<String>,
+    /// The predicted longest chain of tasks, first to last.
+    pub critical_path: Vec<String>,
+    pub tasks: Vec<WorkflowTaskView>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkflowTaskView {
+    pub task: String,
+    /// The tasks it runs after.
+    pub after: Vec<String>,
+    /// GPUs reserved for it by the workflow's admission, while it waits to start.
+    pub reserved: Option<Vec<u32>>,
+    /// Its predicted time to the workflow's end along the longest path, in ms.
+    pub critical_path_ms: i64,
+    pub job: JobView,
 }

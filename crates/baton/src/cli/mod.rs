@@ -13,7 +13,8 @@ mod report;
 mod serve;
 mod status;
 mod submit;
-mod wait;
+pub(crate) mod wait;
+mod workflow;
 
 use std::process::ExitCode;
 
@@ -64,6 +65,9 @@ pub enum Command {
     /// Internal: the per-job supervisor the daemon starts.
     #[command(hide = true)]
     Supervise { dir: std::path::PathBuf },
+    /// DAG workflows: `baton workflow submit FILE`, `status ID`, `cancel ID`.
+    #[command(subcommand)]
+    Workflow(workflow::Command),
     /// Set an agent up for reliable wake-ups, and the hook that waits for its jobs.
     #[command(subcommand)]
     Agent(agent::Command),
@@ -73,6 +77,9 @@ pub enum Command {
     /// Internal: one report delivery run as the job's owner by the system daemon.
     #[command(hide = true)]
     Deliver,
+    /// Internal: the files a job wrote, listed as its owner for the system daemon's report.
+    #[command(hide = true)]
+    WrittenFiles { args: Vec<String> },
 }
 
 /// The exit code a command asks for without that being an error (DESIGN §3).
@@ -92,7 +99,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Supervise { dir } => Ok(crate::executor::supervisor::run(&dir)),
         Command::Spawner => Ok(ExitCode::from(crate::executor::spawner::serve() as u8)),
         Command::Deliver => Ok(ExitCode::from(crate::daemon::deliver_from_stdin() as u8)),
+        Command::WrittenFiles { args } => Ok(ExitCode::from(crate::report::written_files_command(
+            &args,
+        ) as u8)),
         Command::Agent(cmd) => agent::run(cmd, json),
+        Command::Workflow(cmd) => workflow::run(cmd, json),
         Command::Report(args) => report::run(args, json),
         Command::Mcp => crate::mcp::run(),
         Command::Serve(args) => serve::run(args),

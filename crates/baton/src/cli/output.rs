@@ -75,8 +75,43 @@ pub fn job_table(jobs: &[JobView]) -> String {
             ]
         })
         .collect();
+    table(&header, &rows)
+}
+
+/// A workflow's tasks: one row each, in dependency order.
+pub fn task_table(tasks: &[crate::api::WorkflowTaskView]) -> String {
+    let header = ["TASK", "JOB", "STATE", "GPUS", "AFTER", "TIME", "REASON"];
+    let rows: Vec<[String; 7]> = tasks
+        .iter()
+        .map(|t| {
+            let gpus = match &t.reserved {
+                Some(r) if t.job.state == "queued" => format!(
+                    "{} (reserved)",
+                    r.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                ),
+                _ => gpus_column(&t.job),
+            };
+            [
+                clip(&t.task, 24),
+                t.job.id.to_string(),
+                t.job.state.clone(),
+                gpus,
+                if t.after.is_empty() {
+                    "-".into()
+                } else {
+                    t.after.join(",")
+                },
+                elapsed(&t.job),
+                t.job.reason.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(&header, &rows)
+}
+
+fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
     let mut widths = header.map(str::len);
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
@@ -95,7 +130,7 @@ pub fn job_table(jobs: &[JobView]) -> String {
         out.push('\n');
     };
     line(header.to_vec());
-    for row in &rows {
+    for row in rows {
         line(row.iter().map(String::as_str).collect());
     }
     out

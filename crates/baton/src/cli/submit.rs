@@ -118,6 +118,15 @@ fn note(job: &JobView) -> String {
             "it is next in line; predicted start {at} at the latest, when running jobs reach \
              their time limits"
         ),
+        (Some(0), None) if !job.after.is_empty() || !job.after_any.is_empty() => {
+            let deps: Vec<String> = job
+                .after
+                .iter()
+                .chain(&job.after_any)
+                .map(u64::to_string)
+                .collect();
+            format!("it starts once job {} has ended", deps.join(", "))
+        }
         (Some(0), None) => {
             "it is next in line; no predicted start (a running job has no time limit)".to_string()
         }

@@ -109,7 +109,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// Waits up to a minute (never past the wait's own deadline) for the daemon to answer again.
-fn reconnects(client: &crate::api::client::Client, deadline: Option<Instant>) -> bool {
+pub(crate) fn reconnects(client: &crate::api::client::Client, deadline: Option<Instant>) -> bool {
     let minute = Instant::now() + Duration::from_secs(60);
     let until = deadline.map_or(minute, |d| d.min(minute));
     while Instant::now() < until {

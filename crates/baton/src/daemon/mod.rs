@@ -28,7 +28,7 @@ use crate::executor::{
     ExitRecord, JobFiles, Launch, LocalExecutor, Recovery, RunAs, Watch, stop_supervisor,
 };
 use crate::gpu::{GpuInfo, GpuProbe};
-use crate::store::{Ending, JobRecord, Store, StoreError};
+use crate::store::{Ending, JobRecord, Store, StoreError, WorkflowRecord};
 use crate::users;
 
 /// How a daemon was started.
@@ -79,7 +79,13 @@ struct Inner {
     reports_pending: HashSet<JobId>,
     /// Jobs whose deliveries are in flight, so the outbox never sends one twice at once.
     delivering: HashSet<JobId>,
+    /// Workflows that have not ended, mirrored from the store.
+    workflows: HashMap<u64, WorkflowRecord>,
 }
+
+/// How long a reservation holds without renewal: after a crash, GPUs reserved for an atomic
+/// workflow none of whose tasks started are given back once this has passed.
+pub const LEASE_MS: Millis = 60_000;
 
 pub fn now_ms() -> Millis {
     std::time::SystemTime::now()
@@ -96,6 +102,11 @@ impl Daemon {
         exe: PathBuf,
     ) -> Result<Arc<Daemon>, StoreError> {
         let active = store.active()?.into_iter().map(|j| (j.id, j)).collect();
+        let workflows = store
+            .active_workflows()?
+            .into_iter()
+            .map(|w| (w.id, w))
+            .collect();
         let gpu_info = probe.gpus();
         let gpus = gpu_info
             .iter()
@@ -115,6 +126,7 @@ impl Daemon {
                 supervisors: HashMap::new(),
                 reports_pending: HashSet::new(),
                 delivering: HashSet::new(),
+                workflows,
             }),
             wake: Notify::new(),
             changed: watch::Sender::new(0),
@@ -157,6 +169,7 @@ impl Daemon {
         let ended = self.ended_rx.lock().ok().and_then(|mut rx| rx.take());
         let reports = ended.map(|rx| tokio::spawn(self.clone().report_loop(rx)));
         let outbox = tokio::spawn(self.clone().outbox_loop());
+        let leases = tokio::spawn(self.clone().lease_loop());
         let app = handlers::router(self.clone());
         let me = self.clone();
         let result = axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
@@ -168,6 +181,7 @@ impl Daemon {
             .await;
         scheduler.abort();
         outbox.abort();
+        leases.abort();
         if let Some(reports) = reports {
             reports.abort();
         }
@@ -209,6 +223,37 @@ impl Daemon {
             }
             let plan = baton_core::plan(&self.gpus, &running, &pending, &states, now);
 
+            // Atomic workflows first: every task's GPUs reserved in one transaction, or, if
+            // that cannot be recorded, none of its tasks starts in this pass.
+            let mut unrecorded: Vec<JobId> = Vec::new();
+            for admission in &plan.admissions {
+                let lease = now + LEASE_MS;
+                match inner
+                    .store
+                    .reserve(admission.gang, &admission.reserved, lease, now)
+                {
+                    Ok(()) => {
+                        for (id, gpus) in &admission.reserved {
+                            if let Some(job) = inner.active.get_mut(id) {
+                                job.reserved = Some(gpus.clone());
+                                job.lease_until = Some(lease);
+                            }
+                        }
+                        if let Some(wf) = inner.workflows.get_mut(&admission.gang) {
+                            wf.admitted_at = Some(now);
+                        }
+                        tracing::info!(workflow = admission.gang, "atomic workflow admitted");
+                    }
+                    Err(e) => {
+                        tracing::error!(
+                            workflow = admission.gang,
+                            "cannot record the admission: {e}"
+                        );
+                        unrecorded.extend(admission.reserved.iter().map(|(id, _)| *id));
+                    }
+                }
+            }
+
             for (id, reason) in &plan.dependency_failed {
                 let end = Ending {
                     state: JobState::Failed,
@@ -223,6 +268,7 @@ impl Daemon {
             let starts: Vec<(JobId, Vec<u32>)> = plan
                 .starts
                 .iter()
+                .filter(|s| !unrecorded.contains(&s.job))
                 .map(|s| (s.job, s.gpus.clone()))
                 .collect();
             if !starts.is_empty() {
@@ -239,7 +285,25 @@ impl Daemon {
                         job.reason = None;
                         job.exit_code = None;
                         job.signal = None;
+                        job.reserved = None;
+                        job.lease_until = None;
                         launches.push(job.clone());
+                    }
+                }
+                // A workflow is running from its first task's start.
+                let started: Vec<u64> = launches.iter().filter_map(|j| j.workflow_id).collect();
+                for w in started {
+                    if inner
+                        .workflows
+                        .get(&w)
+                        .is_some_and(|wf| wf.state == "queued")
+                    {
+                        if let Err(e) = inner.store.set_workflow_state(w, "running", None) {
+                            tracing::error!(workflow = w, "cannot record the start: {e}");
+                        }
+                        if let Some(wf) = inner.workflows.get_mut(&w) {
+                            wf.state = "running".into();
+                        }
                     }
                 }
             }
@@ -314,6 +378,12 @@ impl Daemon {
         env.insert("BATON_JOB_ID".into(), job.id.to_string());
         env.insert("BATON_JOB_NAME".into(), job.name.clone());
         env.insert("BATON_ATTEMPT".into(), job.attempt.to_string());
+        if let Some(w) = job.workflow_id {
+            env.insert("BATON_WORKFLOW_ID".into(), w.to_string());
+        }
+        if let Some(task) = &job.task {
+            env.insert("BATON_TASK".into(), task.clone());
+        }
         let run_as = if self.config.system && job.owner_uid != self.uid {
             let account = users::by_uid(job.owner_uid)
                 .ok_or_else(|| format!("user {} no longer exists", job.owner_uid))?;
@@ -406,23 +476,134 @@ impl Daemon {
     /// Records a terminal state with one pending delivery per channel, frees the job's GPUs,
     /// and hands the job to the report builder. Called with the lock held.
     fn finish(&self, inner: &mut Inner, id: JobId, ending: Ending) {
-        let channels = inner
-            .active
-            .get(&id)
-            .map(|j| j.notify.clone())
-            .unwrap_or_default();
+        let channels = match inner.active.get(&id) {
+            Some(job) if job.notify.is_empty() => {
+                // Queued before reports existed: the inbox file, as `auto` always includes.
+                vec![crate::notify::Channel::File {
+                    path: self.inbox_for(job.owner_uid, &job.env),
+                }]
+            }
+            Some(job) => job.notify.clone(),
+            None => Vec::new(),
+        };
         if let Err(e) = inner.store.mark_ended(id, &ending, &channels) {
             // Degrade rather than wedge: the GPUs are freed now, and the supervisor's record
             // lets a restarted daemon record the end properly.
             tracing::error!(job = id.0, "cannot record the end of the job: {e}");
         }
-        inner.active.remove(&id);
+        let workflow = inner.active.remove(&id).and_then(|j| j.workflow_id);
         inner.supervisors.remove(&id);
         inner.reports_pending.insert(id);
         let _ = self.ended.send(id);
+        if let Some(w) = workflow {
+            self.workflow_task_ended(inner, w, ending.at);
+        }
         tracing::info!(job = id.0, state = %ending.state, reason = ending.reason.as_deref().unwrap_or(""), "job ended");
         self.notify_changed();
         self.wake();
+    }
+
+    /// Ends a workflow once its last task has ended: succeeded if every task did, cancelled if
+    /// any was cancelled and none failed, else failed.
+    fn workflow_task_ended(&self, inner: &mut Inner, workflow: u64, at: Millis) {
+        if inner
+            .active
+            .values()
+            .any(|j| j.workflow_id == Some(workflow))
+        {
+            return;
+        }
+        let jobs = match inner.store.workflow_jobs(workflow) {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                tracing::error!(workflow, "cannot read the workflow's tasks: {e}");
+                return;
+            }
+        };
+        let all = |s: JobState| jobs.iter().all(|j| j.state == s);
+        let any = |s: JobState| jobs.iter().any(|j| j.state == s);
+        let state = if all(JobState::Succeeded) {
+            "succeeded"
+        } else if any(JobState::Cancelled) && !any(JobState::Failed) && !any(JobState::Timeout) {
+            "cancelled"
+        } else {
+            "failed"
+        };
+        if let Err(e) = inner.store.set_workflow_state(workflow, state, Some(at)) {
+            tracing::error!(workflow, "cannot record the end of the workflow: {e}");
+        }
+        inner.workflows.remove(&workflow);
+        tracing::info!(workflow, state, "workflow ended");
+    }
+
+    /// Renews the leases of reservations still waiting to be used, so they outlive nothing but
+    /// the daemon itself. Not on the dispatch path: a timer for crash recovery only.
+    async fn lease_loop(self: Arc<Self>) {
+        let mut tick =
+            tokio::time::interval(std::time::Duration::from_millis((LEASE_MS / 3) as u64));
+        loop {
+            tick.tick().await;
+            let mut inner = self.lock();
+            if !inner.active.values().any(|j| j.reserved.is_some()) {
+                continue;
+            }
+            let until = now_ms() + LEASE_MS;
+            match inner.store.renew_leases(until) {
+                Ok(_) => {
+                    for job in inner.active.values_mut().filter(|j| j.reserved.is_some()) {
+                        job.lease_until = Some(until);
+                    }
+                }
+                Err(e) => tracing::error!("cannot renew reservation leases: {e}"),
+            }
+        }
+    }
+
+    /// After a crash: an atomic workflow whose reservations' lease has run out and none of whose
+    /// tasks has started gives its GPUs back and waits for admission again.
+    fn release_expired_reservations(&self) {
+        let now = now_ms();
+        let mut inner = self.lock();
+        let expired: Vec<u64> = inner
+            .workflows
+            .values()
+            .filter(|wf| wf.atomic && wf.admitted_at.is_some())
+            .filter(|wf| {
+                let tasks: Vec<&JobRecord> = inner
+                    .active
+                    .values()
+                    .filter(|j| j.workflow_id == Some(wf.id))
+                    .collect();
+                let none_started = tasks.iter().all(|j| j.attempt == 0);
+                let lapsed = tasks
+                    .iter()
+                    .any(|j| j.lease_until.is_some_and(|until| until < now));
+                none_started && lapsed
+            })
+            .map(|wf| wf.id)
+            .collect();
+        for w in expired {
+            match inner.store.release_reservations(w, now) {
+                Ok(()) => {
+                    for job in inner
+                        .active
+                        .values_mut()
+                        .filter(|j| j.workflow_id == Some(w))
+                    {
+                        job.reserved = None;
+                        job.lease_until = None;
+                    }
+                    if let Some(wf) = inner.workflows.get_mut(&w) {
+                        wf.admitted_at = None;
+                    }
+                    tracing::warn!(
+                        workflow = w,
+                        "reservation lease expired while the daemon was away; GPUs released"
+                    );
+                }
+                Err(e) => tracing::error!(workflow = w, "cannot release expired reservations: {e}"),
+            }
+        }
     }
 
     /// Copies of the running jobs.
@@ -437,6 +618,7 @@ impl Daemon {
 
     /// Picks up the jobs the store says are running after a restart.
     async fn recover(self: &Arc<Self>) {
+        self.release_expired_reservations();
         for job in self.running() {
             let files = self.files(job.id);
             match self.executor.recover(&files, job.attempt).await {
@@ -515,9 +697,15 @@ fn scheduling_input(inner: &Inner) -> Result<SchedulingInput, StoreError> {
                     request: job.request,
                     time_limit: job.time_limit,
                     deps: job.deps.clone(),
-                    gang: None,
-                    reserved: None,
+                    gang: job.workflow_id.filter(|w| {
+                        inner
+                            .workflows
+                            .get(w)
+                            .is_some_and(|wf| wf.atomic && wf.admitted_at.is_none())
+                    }),
+                    reserved: job.reserved.clone(),
                     prefer_node: None,
+                    critical_path: job.critical_path,
                 });
             }
             _ => {}

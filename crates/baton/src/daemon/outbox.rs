@@ -15,7 +15,7 @@ use baton_core::{JobId, Millis};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::{Daemon, now_ms};
+use super::{Daemon, Inner, now_ms};
 use crate::notify::{self, Channel, Message, Outcome};
 use crate::report::{self, Built};
 use crate::store::{Delivery, DeliveryState, JobRecord};
@@ -48,11 +48,37 @@ impl Daemon {
 
     /// Builds and stores the report of an ended job, then lets waiters and the outbox know.
     pub(super) fn build_report(self: &Arc<Self>, id: JobId) -> Option<Built> {
-        let built = match self.job(id) {
+        // Whatever happens below, even a panic, the job stops counting as "being reported on",
+        // or `wait` would hang and its deliveries never go out.
+        struct Done<'a>(&'a Daemon, JobId);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.lock().reports_pending.remove(&self.1);
+                self.0.notify_changed();
+                self.0.outbox_wake.notify_one();
+            }
+        }
+        let _done = Done(self, id);
+        match self.job(id) {
             Ok(Some(job)) => {
                 let files = self.files(id);
                 let started = std::time::Instant::now();
-                let built = report::build(&job, &files, &self.gpu_info, &self.config.home);
+                let account = (self.config.system && job.owner_uid != self.uid)
+                    .then(|| users::by_uid(job.owner_uid))
+                    .flatten()
+                    .map(|a| crate::executor::RunAs {
+                        uid: a.uid,
+                        gid: a.gid,
+                        groups: users::groups_of(&a),
+                    });
+                let look = match &account {
+                    Some(run_as) => report::Look::As {
+                        exe: &self.exe,
+                        run_as,
+                    },
+                    None => report::Look::Here,
+                };
+                let built = report::build(&job, &files, &self.gpu_info, &self.config.home, look);
                 tracing::info!(
                     job = id.0,
                     build_ms = started.elapsed().as_secs_f64() * 1000.0,
@@ -69,52 +95,65 @@ impl Daemon {
                 tracing::error!(job = id.0, "cannot read the job to report on it: {e}");
                 None
             }
-        };
-        self.lock().reports_pending.remove(&id);
-        self.notify_changed();
-        self.outbox_wake.notify_one();
-        built
+        }
     }
 
     /// The stored report of an ended job, built now if it is missing (a job that ended before
-    /// this version of baton, or whose report could not be written).
+    /// this version of baton, or whose report could not be written). Blocking.
     pub(crate) fn report_of(self: &Arc<Self>, id: JobId) -> Option<Built> {
+        if let Some(built) = report::load(&self.files(id)) {
+            return Some(built);
+        }
+        // Being built right now by the job's end (a matter of milliseconds): wait for that
+        // build rather than race it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while self.lock().reports_pending.contains(&id) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         report::load(&self.files(id)).or_else(|| self.build_report(id))
     }
 
     pub(super) async fn outbox_loop(self: Arc<Self>) {
         loop {
             let now = now_ms();
-            let (due, next) = {
-                let inner = self.lock();
+            // One lock from the read of the due rows to the claim of their jobs: a delivery that
+            // finishes in between would otherwise leave a stale "pending" row to send again.
+            let (by_job, fetched, next) = {
+                let mut inner = self.lock();
                 let due = inner.store.due_deliveries(now, BATCH);
                 let next = inner.store.next_delivery_at();
-                (due, next)
-            };
-            let (due, next) = match (due, next) {
-                (Ok(d), Ok(n)) => (d, n),
-                (Err(e), _) | (_, Err(e)) => {
-                    tracing::error!("cannot read the outbox: {e}; retrying in 5 s");
-                    (Vec::new(), Some(now + 5000))
+                match (due, next) {
+                    (Ok(due), Ok(next)) => {
+                        let fetched = due.len();
+                        let mut by_job: BTreeMap<JobId, Vec<Delivery>> = BTreeMap::new();
+                        for d in due {
+                            by_job.entry(d.job).or_default().push(d);
+                        }
+                        // A job still being reported on, or already being delivered, is
+                        // picked up again when that finishes (both wake this loop).
+                        let Inner {
+                            reports_pending,
+                            delivering,
+                            ..
+                        } = &mut *inner;
+                        by_job.retain(|id, _| {
+                            !reports_pending.contains(id) && delivering.insert(*id)
+                        });
+                        (by_job, fetched, next)
+                    }
+                    (Err(e), _) | (_, Err(e)) => {
+                        tracing::error!("cannot read the outbox: {e}; retrying in 5 s");
+                        (BTreeMap::new(), 0, Some(now + 5000))
+                    }
                 }
             };
-            let full = due.len() == BATCH;
-            let mut by_job: BTreeMap<JobId, Vec<Delivery>> = BTreeMap::new();
-            for d in due {
-                by_job.entry(d.job).or_default().push(d);
-            }
-            {
-                let mut inner = self.lock();
-                by_job.retain(|id, _| {
-                    // A job still being reported on, or already being delivered, is picked up
-                    // again when that finishes (both wake this loop).
-                    !inner.reports_pending.contains(id) && inner.delivering.insert(*id)
-                });
-            }
+            let spawned = !by_job.is_empty();
             for (id, deliveries) in by_job {
                 tokio::spawn(self.clone().deliver_job(id, deliveries));
             }
-            if full {
+            // A full batch may hide more due rows behind it: look again at once, unless nothing
+            // in it could be started (all held back), which would only spin.
+            if fetched == BATCH && spawned {
                 continue;
             }
             let sleep = async {

@@ -46,6 +46,7 @@ pub fn job_view(job: &JobRecord) -> JobView {
         tags: job.tags.clone(),
         notify: job.notify.iter().map(|c| c.public_spec()).collect(),
         session: job.session.clone(),
+        task: job.task.clone(),
         queue_position: None,
         predicted_start: None,
     }

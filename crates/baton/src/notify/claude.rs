@@ -27,28 +27,22 @@ pub async fn deliver(socket: &str, token: &str, msg: &Message) -> Outcome {
         "message": {"role": "user", "content": msg.text},
     });
     let lines = format!("{auth}\n{message}\n");
-    let exchange = async {
-        stream.write_all(lines.as_bytes()).await?;
-        stream.shutdown().await?;
-        // The peer closes when it has taken the message; whatever it says back is read only so
-        // that a refusal shows in the delivery's error.
-        let mut reply = Vec::new();
-        (&mut stream).take(4096).read_to_end(&mut reply).await?;
-        Ok::<_, std::io::Error>(reply)
-    };
-    match tokio::time::timeout(Duration::from_secs(10), exchange).await {
-        Err(_) => Outcome::Failed(format!("{socket} did not close the exchange within 10s")),
-        Ok(Err(e)) => Outcome::Failed(format!("sending to {socket}: {e}")),
-        Ok(Ok(reply)) => {
-            let reply = String::from_utf8_lossy(&reply);
-            if reply.contains("\"error\"") || reply.contains("unauthorized") {
-                Outcome::Failed(format!(
-                    "{socket} refused the message: {}",
-                    super::tail_of(reply.as_bytes(), 200)
-                ))
-            } else {
-                Outcome::Delivered
-            }
-        }
+    if let Err(e) = stream.write_all(lines.as_bytes()).await {
+        return Outcome::Failed(format!("sending to {socket}: {e}"));
+    }
+    let _ = stream.shutdown().await;
+    // The message is written. A peer may answer (a refusal shows in the delivery's error) or
+    // keep the connection open; either way the message is not sent again.
+    let mut reply = Vec::new();
+    let mut limited = (&mut stream).take(4096);
+    let _ = tokio::time::timeout(Duration::from_secs(2), limited.read_to_end(&mut reply)).await;
+    let reply = String::from_utf8_lossy(&reply);
+    if reply.contains("\"error\"") || reply.contains("unauthorized") {
+        Outcome::Failed(format!(
+            "{socket} refused the message: {}",
+            super::tail_of(reply.as_bytes(), 200)
+        ))
+    } else {
+        Outcome::Delivered
     }
 }

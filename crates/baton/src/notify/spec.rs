@@ -344,5 +344,14 @@ mod tests {
         };
         assert_eq!(codex.session().as_deref(), Some("codex:t-9"));
         assert_eq!(AgentContext::default().session(), None);
+        let tmux = AgentContext {
+            tmux: Some("/tmp/tmux-1/default,77,0".into()),
+            tmux_pane: Some("%1".into()),
+            ..AgentContext::default()
+        };
+        assert_eq!(
+            tmux.session().as_deref(),
+            Some("tmux:%1@/tmp/tmux-1/default")
+        );
     }
 }

@@ -4,8 +4,9 @@
 //! Enter that arrives with the paste as part of it. A look at the pane afterwards shows whether
 //! the text still sits unsent in the input box, and Enter is retried a bounded number of times.
 //!
-//! A pane whose foreground program is a shell gets a status-line message instead: typing a report
-//! into a shell prompt and pressing Enter would run it as commands.
+//! Only a pane whose foreground program is a known coding agent is typed into. Any other program
+//! (a shell, `ssh`, `sudo -s`, a Python REPL, an editor) could take the text as commands or keys,
+//! so its pane gets a status-line note with the report's path instead.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -20,8 +21,19 @@ const ENTER_DELAY: Duration = Duration::from_millis(500);
 const SETTLE: Duration = Duration::from_millis(300);
 const ENTER_RETRIES: usize = 3;
 
-const SHELLS: &[&str] = &[
-    "bash", "zsh", "sh", "dash", "fish", "ksh", "mksh", "tcsh", "csh", "nu", "xonsh", "elvish",
+/// Programs (as tmux names a pane's foreground program) that take typed text as a message to a
+/// model, not as commands. `node` is not here: a Node REPL would run the text.
+pub const AGENTS: &[&str] = &[
+    "claude",
+    "codex",
+    "gemini",
+    "aider",
+    "opencode",
+    "goose",
+    "amp",
+    "crush",
+    "qwen",
+    "cursor-agent",
 ];
 
 struct Tmux<'a> {
@@ -95,7 +107,7 @@ pub async fn deliver(pane: &str, server: Option<&str>, msg: &Message) -> Outcome
         }
         Err(e) => return Outcome::Failed(e),
     };
-    if SHELLS.contains(&foreground.as_str()) {
+    if !AGENTS.contains(&foreground.as_str()) {
         let note = format!(
             "baton: job {} ended ({}); report at {}",
             msg.job, msg.state, msg.report_path

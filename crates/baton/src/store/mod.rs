@@ -58,6 +58,14 @@ pub struct JobRecord {
     pub notify: Vec<Channel>,
     /// The agent session that submitted the job (`claude:ID`, `codex:THREAD`, `tmux:PANE`).
     pub session: Option<String>,
+    /// The job's task name in its workflow.
+    pub task: Option<String>,
+    /// GPUs its atomic workflow's admission reserved for it, while it waits to start.
+    pub reserved: Option<Vec<u32>>,
+    /// Until when that reservation holds unless the daemon renews it.
+    pub lease_until: Option<Millis>,
+    /// The predicted longest path from this task to its workflow's end (0 outside workflows).
+    pub critical_path: Millis,
 }
 
 /// A job as submitted, before it has an id.
@@ -79,6 +87,39 @@ pub struct NewJob {
     pub umask: Option<u32>,
     pub notify: Vec<Channel>,
     pub session: Option<String>,
+    pub workflow_id: Option<u64>,
+    pub task: Option<String>,
+    pub critical_path: Millis,
+}
+
+/// A workflow: a DAG of tasks (each a job), admitted whole when `atomic`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkflowRecord {
+    pub id: u64,
+    pub name: String,
+    pub atomic: bool,
+    /// queued (nothing started), running, then succeeded, failed or cancelled.
+    pub state: String,
+    pub owner_uid: u32,
+    pub owner: String,
+    /// The file it came from, as given.
+    pub source: String,
+    pub submitted_at: Millis,
+    /// For an atomic workflow: when its GPUs were reserved.
+    pub admitted_at: Option<Millis>,
+    pub ended_at: Option<Millis>,
+}
+
+/// A workflow as submitted, with its tasks in dependency order (each task's `after` are indices
+/// of earlier tasks).
+pub struct NewWorkflow {
+    pub name: String,
+    pub atomic: bool,
+    pub owner_uid: u32,
+    pub owner: String,
+    pub source: String,
+    pub submitted_at: Millis,
+    pub tasks: Vec<(NewJob, Vec<usize>)>,
 }
 
 /// How an attempt ended.
@@ -150,7 +191,8 @@ pub struct Store {
 
 const COLUMNS: &str = "id, name, state, command, cwd, env, owner_uid, owner, priority, gpus_requested, \
      gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, started_at, ended_at, \
-     exit_code, signal, reason, gpus, workflow_id, cancel_requested_by, umask, notify, session";
+     exit_code, signal, reason, gpus, workflow_id, cancel_requested_by, umask, notify, session, task, \
+     reserved, lease_until, critical_path_ms";
 
 impl Store {
     /// Opens (creating and migrating as needed) the database at `path`.
@@ -169,42 +211,10 @@ impl Store {
     }
 
     pub fn insert(&mut self, job: &NewJob) -> Result<JobRecord, StoreError> {
-        // The default name is the program's file name, as squeue shows it.
-        let name = job.name.clone().unwrap_or_else(|| {
-            let program = job.command.first().map(String::as_str).unwrap_or("job");
-            program.rsplit('/').next().unwrap_or(program).to_string()
-        });
         let tx = self.conn.transaction()?;
-        tx.prepare_cached(
-            "INSERT INTO jobs (name, state, command, cwd, env, owner_uid, owner, priority, \
-             gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus, umask, \
-             notify, session) \
-             VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]', ?15, ?16, ?17)",
-        )?
-        .execute(
-            params![
-                name,
-                json(&job.command),
-                job.cwd,
-                json(&job.env),
-                job.owner_uid,
-                job.owner,
-                job.priority,
-                job.request.count,
-                job.request.mem_per_gpu.map(|m| m as i64),
-                job.time_limit,
-                job.retries,
-                json(&deps_to_json(&job.deps)),
-                json(&job.tags),
-                job.submitted_at,
-                job.umask,
-                json(&job.notify),
-                job.session,
-            ],
-        )?;
-        let id = tx.last_insert_rowid() as u64;
-        log_event(&tx, id, job.submitted_at, "submitted", &job.owner)?;
+        let id = insert_job(&tx, job)?.0;
         tx.commit()?;
+        let name = default_name(job);
         Ok(JobRecord {
             id: JobId(id),
             name,
@@ -228,11 +238,15 @@ impl Store {
             signal: None,
             reason: None,
             gpus: Vec::new(),
-            workflow_id: None,
+            workflow_id: job.workflow_id,
             cancel_requested_by: None,
             umask: job.umask,
             notify: job.notify.clone(),
             session: job.session.clone(),
+            task: job.task.clone(),
+            reserved: None,
+            lease_until: None,
+            critical_path: job.critical_path,
         })
     }
 
@@ -313,7 +327,8 @@ impl Store {
         for (id, gpus) in starts {
             tx.prepare_cached(
                 "UPDATE jobs SET state = 'running', gpus = ?1, started_at = ?2, attempt = attempt + 1, \
-                 reason = NULL, exit_code = NULL, signal = NULL, ended_at = NULL WHERE id = ?3",
+                 reason = NULL, exit_code = NULL, signal = NULL, ended_at = NULL, reserved = NULL, \
+                 lease_until = NULL WHERE id = ?3",
             )?
             .execute(
                 params![json(gpus), at, id.0 as i64],
@@ -524,6 +539,159 @@ impl Store {
         }
     }
 
+    /// Records a workflow and all its tasks as queued jobs in one transaction: all of it or none.
+    pub fn insert_workflow(
+        &mut self,
+        wf: &NewWorkflow,
+    ) -> Result<(WorkflowRecord, Vec<JobRecord>), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.prepare_cached(
+            "INSERT INTO workflows (name, atomic, state, owner_uid, owner, source, submitted_at) \
+             VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![
+            wf.name,
+            wf.atomic,
+            wf.owner_uid,
+            wf.owner,
+            wf.source,
+            wf.submitted_at
+        ])?;
+        let wf_id = tx.last_insert_rowid() as u64;
+        let mut ids: Vec<JobId> = Vec::with_capacity(wf.tasks.len());
+        for (job, after) in &wf.tasks {
+            let mut job = job.clone();
+            job.workflow_id = Some(wf_id);
+            job.deps = after
+                .iter()
+                .filter_map(|&i| ids.get(i))
+                .map(|&job| Dependency {
+                    job,
+                    kind: DepKind::Success,
+                })
+                .collect();
+            ids.push(insert_job(&tx, &job)?);
+        }
+        tx.commit()?;
+        let record = self.workflow(wf_id)?.ok_or_else(|| StoreError::Corrupt {
+            id: wf_id,
+            detail: "workflow vanished after insert".into(),
+        })?;
+        let mut jobs = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(job) = self.get(id)? {
+                jobs.push(job);
+            }
+        }
+        Ok((record, jobs))
+    }
+
+    pub fn workflow(&self, id: u64) -> Result<Option<WorkflowRecord>, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE id = ?1"
+            ))?
+            .query_row([id as i64], read_workflow)
+            .optional()?)
+    }
+
+    /// Workflows that have not ended.
+    pub fn active_workflows(&self) -> Result<Vec<WorkflowRecord>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE state IN ('queued', 'running') ORDER BY id"
+        ))?;
+        let rows = stmt.query_map([], read_workflow)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// A workflow's tasks, in the order they were submitted.
+    pub fn workflow_jobs(&self, id: u64) -> Result<Vec<JobRecord>, StoreError> {
+        self.select("WHERE workflow_id = ?1 ORDER BY id", [id as i64])
+    }
+
+    /// Run times (ms) of the last successful runs of the same task of a workflow of the same
+    /// name, or of the same command, newest first: what predictions are made from.
+    pub fn run_history(
+        &self,
+        command: &[String],
+        task: &str,
+        workflow: &str,
+    ) -> Result<Vec<Millis>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT ended_at - started_at FROM jobs WHERE state = 'succeeded' \
+             AND started_at IS NOT NULL AND ended_at IS NOT NULL \
+             AND (command = ?1 OR (task = ?2 AND workflow_id IN \
+                  (SELECT id FROM workflows WHERE name = ?3))) \
+             ORDER BY id DESC LIMIT 50",
+        )?;
+        let rows = stmt.query_map(params![json(&command), task, workflow], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Reserves GPUs for every task of an atomic workflow at once, under a lease.
+    pub fn reserve(
+        &mut self,
+        workflow: u64,
+        reserved: &[(JobId, Vec<u32>)],
+        lease_until: Millis,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        for (id, gpus) in reserved {
+            tx.prepare_cached("UPDATE jobs SET reserved = ?1, lease_until = ?2 WHERE id = ?3")?
+                .execute(params![json(gpus), lease_until, id.0 as i64])?;
+            log_event(&tx, id.0, now, "reserved", &format!("gpus {gpus:?}"))?;
+        }
+        tx.prepare_cached("UPDATE workflows SET admitted_at = ?1 WHERE id = ?2")?
+            .execute(params![now, workflow as i64])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Extends the lease of every reservation still waiting to be used.
+    pub fn renew_leases(&mut self, until: Millis) -> Result<usize, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "UPDATE jobs SET lease_until = ?1 WHERE reserved IS NOT NULL AND state = 'queued'",
+            )?
+            .execute([until])?)
+    }
+
+    /// Gives back every reservation of a workflow: it waits for admission again.
+    pub fn release_reservations(&mut self, workflow: u64, now: Millis) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        let ids: Vec<i64> = {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id FROM jobs WHERE workflow_id = ?1 AND reserved IS NOT NULL",
+            )?;
+            let rows = stmt.query_map([workflow as i64], |r| r.get(0))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        for id in ids {
+            tx.prepare_cached("UPDATE jobs SET reserved = NULL, lease_until = NULL WHERE id = ?1")?
+                .execute([id])?;
+            log_event(&tx, id as u64, now, "released", "reservation lease expired")?;
+        }
+        tx.prepare_cached("UPDATE workflows SET admitted_at = NULL WHERE id = ?1")?
+            .execute([workflow as i64])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn set_workflow_state(
+        &mut self,
+        id: u64,
+        state: &str,
+        ended_at: Option<Millis>,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("UPDATE workflows SET state = ?1, ended_at = ?2 WHERE id = ?3")?
+            .execute(params![state, ended_at, id as i64])?;
+        Ok(())
+    }
+
     pub fn events(&self, id: JobId) -> Result<Vec<Event>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT job_id, at, kind, detail FROM events WHERE job_id = ?1 ORDER BY id",
@@ -538,6 +706,67 @@ impl Store {
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+}
+
+const WORKFLOW_COLUMNS: &str =
+    "id, name, atomic, state, owner_uid, owner, source, submitted_at, admitted_at, ended_at";
+
+fn read_workflow(r: &Row<'_>) -> rusqlite::Result<WorkflowRecord> {
+    Ok(WorkflowRecord {
+        id: r.get::<_, i64>(0)? as u64,
+        name: r.get(1)?,
+        atomic: r.get(2)?,
+        state: r.get(3)?,
+        owner_uid: r.get(4)?,
+        owner: r.get(5)?,
+        source: r.get(6)?,
+        submitted_at: r.get(7)?,
+        admitted_at: r.get(8)?,
+        ended_at: r.get(9)?,
+    })
+}
+
+/// The default name is the program's file name, as squeue shows it.
+fn default_name(job: &NewJob) -> String {
+    job.name.clone().unwrap_or_else(|| {
+        let program = job.command.first().map(String::as_str).unwrap_or("job");
+        program.rsplit('/').next().unwrap_or(program).to_string()
+    })
+}
+
+fn insert_job(tx: &rusqlite::Transaction<'_>, job: &NewJob) -> Result<JobId, StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO jobs (name, state, command, cwd, env, owner_uid, owner, priority, \
+         gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus, umask, \
+         notify, session, workflow_id, task, critical_path_ms) \
+         VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]', ?15, ?16, ?17, \
+         ?18, ?19, ?20)",
+    )?
+    .execute(params![
+        default_name(job),
+        json(&job.command),
+        job.cwd,
+        json(&job.env),
+        job.owner_uid,
+        job.owner,
+        job.priority,
+        job.request.count,
+        job.request.mem_per_gpu.map(|m| m as i64),
+        job.time_limit,
+        job.retries,
+        json(&deps_to_json(&job.deps)),
+        json(&job.tags),
+        job.submitted_at,
+        job.umask,
+        json(&job.notify),
+        job.session,
+        job.workflow_id.map(|w| w as i64),
+        job.task,
+        job.critical_path,
+    ])?;
+    let id = tx.last_insert_rowid() as u64;
+    log_event(tx, id, job.submitted_at, "submitted", &job.owner)?;
+    Ok(JobId(id))
 }
 
 fn insert_delivery(
@@ -654,6 +883,15 @@ fn read_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRecord, StoreError>> {
             umask: r.get(25)?,
             notify: from(parse(26, "notify")?, "notify", id)?,
             session: r.get(27)?,
+            task: r.get(28)?,
+            reserved: match r.get::<_, Option<String>>(29)? {
+                Some(t) => {
+                    Some(serde_json::from_str(&t).map_err(|e| corrupt(format!("reserved: {e}")))?)
+                }
+                None => None,
+            },
+            lease_until: r.get(30)?,
+            critical_path: r.get(31)?,
         })
     };
     Ok(build())
@@ -686,6 +924,9 @@ mod tests {
                 path: "/tmp/inbox.md".into(),
             }],
             session: Some("tmux:%1".into()),
+            workflow_id: None,
+            task: None,
+            critical_path: 0,
         }
     }
 

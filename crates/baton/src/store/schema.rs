@@ -62,6 +62,26 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX deliveries_job ON deliveries (job_id);
     CREATE INDEX deliveries_pending ON deliveries (next_at) WHERE state = 'pending';",
+    // 3: workflows. Their tasks are ordinary jobs with a `task` name; an atomic workflow's
+    // admission reserves GPUs for each task (`reserved`) under a lease the daemon renews.
+    "CREATE TABLE workflows (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        atomic INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        owner_uid INTEGER NOT NULL,
+        owner TEXT NOT NULL,
+        source TEXT NOT NULL,
+        submitted_at INTEGER NOT NULL,
+        admitted_at INTEGER,
+        ended_at INTEGER
+    );
+    CREATE INDEX workflows_active ON workflows (state) WHERE state IN ('queued', 'running');
+    ALTER TABLE jobs ADD COLUMN task TEXT;
+    ALTER TABLE jobs ADD COLUMN reserved TEXT;
+    ALTER TABLE jobs ADD COLUMN lease_until INTEGER;
+    ALTER TABLE jobs ADD COLUMN critical_path_ms INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_workflow ON jobs (workflow_id);",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

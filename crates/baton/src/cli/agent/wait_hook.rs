@@ -75,11 +75,23 @@ fn wait(_args: Args) -> anyhow::Result<ExitCode> {
     if ids.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
-    let resp = client.wait(&WaitRequest {
-        ids,
-        timeout_ms: None,
-        reports: true,
-    })?;
+    // A daemon restart ends the held request; running jobs survive it, so wait again.
+    let resp = loop {
+        let request = WaitRequest {
+            ids: ids.clone(),
+            timeout_ms: None,
+            reports: true,
+        };
+        match client.wait(&request) {
+            Ok(resp) => break resp,
+            Err(
+                crate::api::client::ClientError::Transport(_)
+                | crate::api::client::ClientError::Api { status: 503, .. }
+                | crate::api::client::ClientError::NotRunning { .. },
+            ) if crate::cli::wait::reconnects(&client, None) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
     if !resp.done {
         return Ok(ExitCode::SUCCESS);
     }

@@ -25,11 +25,26 @@ pub async fn handle(
         ));
     }
     let ids: Vec<JobId> = req.ids.iter().copied().map(JobId).collect();
+    cancel_jobs(&daemon, &peer, &ids, req.force, req.session.as_deref())?;
+    Ok(Json(CancelResponse {
+        jobs: daemon.views(&ids)?,
+    }))
+}
+
+/// Cancels the jobs (those already ended are left alone), all or none: every permission is
+/// checked before anything changes.
+pub(crate) fn cancel_jobs(
+    daemon: &Daemon,
+    peer: &Peer,
+    ids: &[JobId],
+    force: bool,
+    session: Option<&str>,
+) -> Result<(), ApiError> {
     let by = users::name_of(peer.uid);
     let now = now_ms();
     {
         // Everything is checked before anything changes.
-        let current = daemon.views(&ids)?;
+        let current = daemon.views(ids)?;
         let mut inner = daemon.lock();
         for view in &current {
             let Some(job) = inner.active.get(&JobId(view.id)) else {
@@ -43,9 +58,9 @@ pub async fn handle(
             }
             // Parallel agents of one user must not kill each other's experiments by mistake:
             // an agent session may cancel another session's job only when it insists.
-            if let (Some(mine), Some(theirs)) = (&req.session, &job.session)
+            if let (Some(mine), Some(theirs)) = (session, &job.session)
                 && mine != theirs
-                && !req.force
+                && !force
             {
                 let age = match job.started_at {
                     Some(t) => format!(
@@ -64,7 +79,7 @@ pub async fn handle(
                 )));
             }
         }
-        for id in &ids {
+        for id in ids {
             let Some(job) = inner.active.get(id).cloned() else {
                 continue; // already ended: nothing to do
             };
@@ -100,7 +115,5 @@ pub async fn handle(
     }
     daemon.notify_changed();
     daemon.wake();
-    Ok(Json(CancelResponse {
-        jobs: daemon.views(&ids)?,
-    }))
+    Ok(())
 }

@@ -3,15 +3,16 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use baton_core::JobId;
 
 use crate::api::{JobView, ListQuery};
 use crate::daemon::views::job_view;
-use crate::daemon::{ApiError, Daemon, now_ms};
+use crate::daemon::{ApiError, Daemon, Peer, now_ms};
 
 pub async fn handle(
     State(daemon): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Vec<JobView>>, ApiError> {
     let ids = parse_ids(query.ids.as_deref().unwrap_or(""))?;
@@ -28,6 +29,8 @@ pub async fn handle(
         };
         let session = (session != "none").then_some(session.as_str());
         let mut jobs = inner.store.by_session(session, since)?;
+        // A session is one user's: another user's pane `%1` is not this one.
+        jobs.retain(|j| j.owner_uid == peer.uid);
         for job in jobs.iter_mut() {
             if let Some(live) = inner.active.get(&job.id) {
                 *job = live.clone();

@@ -10,6 +10,7 @@ mod logs;
 mod report;
 mod submit;
 mod wait;
+mod workflow;
 
 use std::sync::Arc;
 
@@ -27,7 +28,10 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/jobs/{id}/report", get(report::handle))
         .route("/wait", post(wait::handle))
         .route("/cancel", post(cancel::handle))
-        .route("/gpus", get(gpus::handle));
+        .route("/gpus", get(gpus::handle))
+        .route("/workflows", post(workflow::submit))
+        .route("/workflows/{id}", get(workflow::status))
+        .route("/workflows/{id}/cancel", post(workflow::cancel));
     Router::new()
         .nest(crate::api::PREFIX, v1)
         .layer(axum::middleware::from_fn_with_state(

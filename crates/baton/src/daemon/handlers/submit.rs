@@ -58,7 +58,14 @@ fn queue_outlook(daemon: &Daemon, inner: &Inner, job: &JobRecord) -> (usize, Opt
                 && (j.priority > job.priority || (j.priority == job.priority && j.id < job.id))
         })
         .count();
-    if ahead > 0 {
+    // A job that waits for another has no honest prediction until that one ends.
+    let waits_on_deps = job.deps.iter().any(|d| {
+        inner
+            .active
+            .get(&d.job)
+            .is_some_and(|dep| !dep.state.is_terminal())
+    });
+    if ahead > 0 || waits_on_deps {
         return (ahead, None);
     }
     let running: Vec<baton_core::RunningJob> = inner
@@ -146,17 +153,24 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
             }
         }
     }
-    let inbox = daemon.inbox_for(peer.uid, &req.env);
+    // The inbox token is the claude channel's secret alone: a job that prints its environment
+    // must not put it in its report, the inbox file or a webhook body.
+    let mut env = req.env;
+    env.remove("CLAUDE_CODE_MESSAGING_TOKEN");
+    let inbox = daemon.inbox_for(peer.uid, &env);
     let notify = notify::resolve(&req.notify, &req.context, &inbox, &req.cwd)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let session = req.context.session();
     Ok(NewJob {
         notify,
         session,
+        workflow_id: None,
+        task: None,
+        critical_path: 0,
         name: req.name,
         command: req.command,
         cwd: req.cwd,
-        env: req.env,
+        env,
         owner_uid: peer.uid,
         owner: users::name_of(peer.uid),
         priority: req.priority,

@@ -1,0 +1,329 @@
+//! Workflows (DESIGN §6): parsing and checking a workflow file, the dependency graph of its
+//! tasks, and run-time predictions for the critical path.
+//!
+//! [`parse`] turns the file's text into a [`WorkflowSpec`] or one [`WorkflowError`] that says
+//! where and what. A spec that parsed is complete and consistent: every command is non-empty,
+//! every size and duration is parsed, every `after` and `colocate_with` names a task of the
+//! workflow, and the dependencies have no cycle. Whether the machine can run each task is not
+//! decided here; the daemon checks that with [`crate::admission::check`].
+//!
+//! The submodules: `raw` (the file's serde shape), `locate` (finding a key's line in the text),
+//! `error`, `dag` (graph algorithms on plain data) and `predict` (run-time estimates).
+
+mod dag;
+mod error;
+mod locate;
+mod predict;
+mod raw;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{GpuRequest, Millis};
+use crate::units::{parse_duration, parse_size};
+
+pub use dag::{CriticalPath, Cycle, Dag, TaskNode};
+pub use error::{Location, WorkflowError};
+pub use predict::{HISTORY_WINDOW, MIN_PREDICTION_MS, PERCENTILE, SAFETY_TENTHS, predict_ms};
+
+use raw::{RawCommand, RawTask, RawWorkflow};
+
+/// Task names become parts of job names, paths and log lines, so they are kept short and plain.
+pub const MAX_TASK_NAME_LEN: usize = 64;
+
+/// A parsed, checked workflow.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowSpec {
+    pub name: String,
+    /// Admit all tasks at once or none (gang admission).
+    pub atomic: bool,
+    /// The default priority of its tasks; `None` leaves the daemon's default.
+    pub priority: Option<i64>,
+    /// In the order written.
+    pub tasks: Vec<TaskSpec>,
+}
+
+/// One task of a workflow, normalised: defaults filled in, units parsed, the command expanded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    pub name: String,
+    /// The argv to run. A string in the file becomes `["sh", "-c", string]`.
+    pub command: Vec<String>,
+    /// `gpus` whole GPUs; with `gpu_mem`, that much memory on each of `gpus` shared GPUs (one
+    /// when `gpus` is not given), as `baton submit` reads `--gpus` and `--gpu-mem`.
+    pub request: GpuRequest,
+    pub time_limit: Option<Millis>,
+    /// Names of the tasks this one runs after, repeats removed.
+    pub after: Vec<String>,
+    pub retries: u32,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+    pub priority: Option<i64>,
+    /// Names of tasks to place on the same node as this one.
+    pub colocate_with: Vec<String>,
+    /// Where the task's name is written in the file (1-based), for messages about it later.
+    pub line: usize,
+    pub column: usize,
+}
+
+impl TaskSpec {
+    fn at(&self) -> Location {
+        Location {
+            line: self.line,
+            column: self.column,
+        }
+    }
+}
+
+impl WorkflowSpec {
+    /// The position of the task called `name`.
+    pub fn task_index(&self, name: &str) -> Option<usize> {
+        self.tasks.iter().position(|task| task.name == name)
+    }
+
+    /// The dependency graph, with task `i` of the graph being `self.tasks[i]`. Always `Ok` for a
+    /// spec from [`parse`]; a spec built by hand gets the same checks `parse` makes of `after`
+    /// and `colocate_with`.
+    pub fn dag(&self) -> Result<Dag, WorkflowError> {
+        let index: HashMap<&str, usize> = self
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, task)| (task.name.as_str(), i))
+            .collect();
+        let known = || self.tasks.iter().map(|t| t.name.clone()).collect();
+        let mut nodes = Vec::with_capacity(self.tasks.len());
+        for task in &self.tasks {
+            let mut after = Vec::with_capacity(task.after.len());
+            for dep in &task.after {
+                if *dep == task.name {
+                    return Err(WorkflowError::SelfDependency {
+                        task: task.name.clone(),
+                        at: task.at(),
+                    });
+                }
+                match index.get(dep.as_str()) {
+                    Some(&i) => after.push(i),
+                    None => {
+                        return Err(WorkflowError::UnknownDependency {
+                            task: task.name.clone(),
+                            dep: dep.clone(),
+                            known: known(),
+                            at: task.at(),
+                        });
+                    }
+                }
+            }
+            for other in &task.colocate_with {
+                if *other == task.name {
+                    return Err(WorkflowError::SelfColocate {
+                        task: task.name.clone(),
+                        at: task.at(),
+                    });
+                }
+                if !index.contains_key(other.as_str()) {
+                    return Err(WorkflowError::UnknownColocate {
+                        task: task.name.clone(),
+                        other: other.clone(),
+                        known: known(),
+                        at: task.at(),
+                    });
+                }
+            }
+            nodes.push(TaskNode {
+                name: task.name.clone(),
+                after,
+            });
+        }
+        Dag::new(&nodes).map_err(|cycle| WorkflowError::Cycle {
+            at: self.tasks[cycle.tasks[0]].at(),
+            cycle: cycle.names_closed(),
+        })
+    }
+}
+
+/// Parses and checks a workflow file's text. The first problem found is returned; the checks
+/// run in the order of the file's structure (the YAML itself, the workflow's keys, each task's
+/// name, each task's own fields, then the references between tasks and their cycles), so the
+/// same file always gets the same message.
+pub fn parse(text: &str) -> Result<WorkflowSpec, WorkflowError> {
+    let blank = |line: &str| {
+        let line = line.trim();
+        line.is_empty() || line.starts_with('#') || line == "---"
+    };
+    if text.lines().all(blank) {
+        return Err(WorkflowError::EmptyFile);
+    }
+    let raw: RawWorkflow =
+        yaml_serde::from_str(text).map_err(|e| WorkflowError::from_yaml(&e, text))?;
+
+    let top = locate::top_level_keys(text);
+    let key_at = |key: &str| {
+        top.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, at)| *at)
+            .unwrap_or(Location { line: 1, column: 1 })
+    };
+    if raw.name.trim().is_empty() {
+        return Err(WorkflowError::EmptyName { at: key_at("name") });
+    }
+    let raw_tasks = raw.tasks.0;
+    if raw_tasks.is_empty() {
+        return Err(WorkflowError::NoTasks {
+            at: key_at("tasks"),
+        });
+    }
+
+    let positions = task_positions(text, &raw_tasks, key_at("tasks"));
+    let mut first_seen: HashMap<&str, usize> = HashMap::new();
+    for ((name, _), &at) in raw_tasks.iter().zip(&positions) {
+        if let Some(problem) = task_name_problem(name) {
+            return Err(WorkflowError::BadTaskName {
+                name: name.clone(),
+                problem,
+                at,
+            });
+        }
+        if let Some(first) = first_seen.insert(name, at.line) {
+            return Err(WorkflowError::DuplicateTask {
+                name: name.clone(),
+                first_line: first,
+                at,
+            });
+        }
+    }
+
+    let tasks = raw_tasks
+        .into_iter()
+        .zip(positions)
+        .map(|((name, task), at)| task_spec(name, task, at))
+        .collect::<Result<Vec<_>, _>>()?;
+    let spec = WorkflowSpec {
+        name: raw.name,
+        atomic: raw.atomic,
+        priority: raw.priority,
+        tasks,
+    };
+    spec.dag()?;
+    Ok(spec)
+}
+
+/// Where each parsed task is written. In a block-style file the keys found in the text are the
+/// parsed tasks, one for one (repeats included, which is how a duplicate's second definition is
+/// placed). Otherwise each is looked up by name, falling back to the `tasks:` line.
+fn task_positions(text: &str, tasks: &[(String, RawTask)], tasks_at: Location) -> Vec<Location> {
+    let written = locate::task_keys(text);
+    let same_keys = written.len() == tasks.len()
+        && written
+            .iter()
+            .zip(tasks)
+            .all(|((key, _), (name, _))| key == name);
+    if same_keys {
+        return written.into_iter().map(|(_, at)| at).collect();
+    }
+    tasks
+        .iter()
+        .map(|(name, _)| {
+            written
+                .iter()
+                .find(|(key, _)| key == name)
+                .map_or(tasks_at, |(_, at)| *at)
+        })
+        .collect()
+}
+
+/// Why `name` cannot name a task, if it cannot: names must be 1 to 64 of `A-Z a-z 0-9 _ . -`.
+fn task_name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("a task name must not be empty".into());
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
+        return Some(format!(
+            "{bad:?} is not allowed in a task name (only letters, digits, `_`, `.` and `-` are)"
+        ));
+    }
+    if name.len() > MAX_TASK_NAME_LEN {
+        return Some(format!(
+            "the name is {} characters long; at most {MAX_TASK_NAME_LEN} are allowed",
+            name.len()
+        ));
+    }
+    None
+}
+
+/// Checks one task's own fields and normalises them.
+fn task_spec(name: String, raw: RawTask, at: Location) -> Result<TaskSpec, WorkflowError> {
+    let command = match raw.command {
+        None => {
+            return Err(WorkflowError::MissingCommand { task: name, at });
+        }
+        Some(RawCommand::Argv(argv)) => argv,
+        Some(RawCommand::Shell(script)) => vec!["sh".into(), "-c".into(), script],
+    };
+    let program = match command.as_slice() {
+        [] => "",
+        // For a shell command, the script is what must not be empty.
+        [sh, dash_c, script] if sh == "sh" && dash_c == "-c" => script,
+        [program, ..] => program,
+    };
+    if program.trim().is_empty() {
+        return Err(WorkflowError::EmptyCommand { task: name, at });
+    }
+    let gpus = raw.gpus.unwrap_or(0);
+    let request = match raw.gpu_mem {
+        None => GpuRequest::whole(gpus),
+        Some(text) => match parse_size(&text) {
+            // Memory without a count means one shared GPU.
+            Ok(mem) => GpuRequest::shared(gpus.max(1), mem),
+            Err(error) => {
+                return Err(WorkflowError::BadSize {
+                    task: name,
+                    error,
+                    at,
+                });
+            }
+        },
+    };
+    let time_limit = match raw.time_limit.as_deref().map(parse_duration) {
+        None => None,
+        Some(Ok(ms)) => Some(ms),
+        Some(Err(error)) => {
+            return Err(WorkflowError::BadDuration {
+                task: name,
+                error,
+                at,
+            });
+        }
+    };
+    Ok(TaskSpec {
+        command,
+        request,
+        time_limit,
+        after: dedup_in_order(raw.after.0),
+        retries: raw.retries,
+        env: raw.env,
+        cwd: raw.cwd,
+        priority: raw.priority,
+        colocate_with: dedup_in_order(raw.colocate_with.0),
+        line: at.line,
+        column: at.column,
+        name,
+    })
+}
+
+fn dedup_in_order(names: Vec<String>) -> Vec<String> {
+    let mut kept: Vec<String> = Vec::with_capacity(names.len());
+    for name in names {
+        if !kept.contains(&name) {
+            kept.push(name);
+        }
+    }
+    kept
+}

@@ -1,0 +1,590 @@
+//! Parsing and checking workflow files: real-shaped files, one per error, with the exact message.
+
+use super::*;
+
+/// A file from its lines, so a test's line numbers are the array positions plus one.
+fn file(lines: &[&str]) -> String {
+    lines.iter().map(|line| format!("{line}\n")).collect()
+}
+
+/// The message `parse` gives for the file made of `lines`.
+fn error(lines: &[&str]) -> String {
+    match parse(&file(lines)) {
+        Ok(spec) => panic!("expected an error, parsed {spec:?}"),
+        Err(err) => err.to_string(),
+    }
+}
+
+const GIB: u64 = 1 << 30;
+
+#[test]
+fn the_design_example_parses_completely() {
+    let text = file(&[
+        "# From DESIGN §6.",
+        "name: caption-pipeline",
+        "atomic: true            # admit all tasks at once or none (gang); default false",
+        "tasks:",
+        "  classify: {command: [\"python\", \"classify.py\"], gpus: 1, gpu_mem: 4GiB, time_limit: 10m}",
+        "  tags:     {command: [\"python\", \"tags.py\"], gpus: 1, gpu_mem: 8GiB, after: [classify]}",
+        "  copy:     {command: \"python write.py --in out/tags.json\", gpus: 1, gpu_mem: 16GiB, after: [tags], retries: 2}",
+    ]);
+    let spec = parse(&text).unwrap();
+    let task = |name: &str, command: &[&str], mem: u64, after: &[&str], line: usize| TaskSpec {
+        name: name.into(),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        request: GpuRequest::shared(1, mem),
+        time_limit: None,
+        after: after.iter().map(|s| s.to_string()).collect(),
+        retries: 0,
+        env: BTreeMap::new(),
+        cwd: None,
+        priority: None,
+        colocate_with: vec![],
+        line,
+        column: 3,
+    };
+    let mut classify = task("classify", &["python", "classify.py"], 4 * GIB, &[], 5);
+    classify.time_limit = Some(600_000);
+    let tags = task("tags", &["python", "tags.py"], 8 * GIB, &["classify"], 6);
+    let mut copy = task(
+        "copy",
+        &["sh", "-c", "python write.py --in out/tags.json"],
+        16 * GIB,
+        &["tags"],
+        7,
+    );
+    copy.retries = 2;
+    assert_eq!(
+        spec,
+        WorkflowSpec {
+            name: "caption-pipeline".into(),
+            atomic: true,
+            priority: None,
+            tasks: vec![classify, tags, copy],
+        }
+    );
+    // The spec crosses to the store and the API as JSON.
+    let json = serde_json::to_string(&spec).unwrap();
+    assert_eq!(serde_json::from_str::<WorkflowSpec>(&json).unwrap(), spec);
+    let dag = spec.dag().unwrap();
+    assert_eq!(dag.topological_order(), [0, 1, 2]);
+    assert_eq!(spec.task_index("copy"), Some(2));
+    assert_eq!(spec.task_index("nope"), None);
+}
+
+#[test]
+fn every_task_field_in_block_style() {
+    let spec = parse(&file(&[
+        "name: train-eval",
+        "priority: 5",
+        "tasks:",
+        "  # Written out of dependency order on purpose: the written order is kept.",
+        "  eval:",
+        "    command:",
+        "      - python",
+        "      - eval.py",
+        "    after: train          # one name needs no brackets",
+        "    colocate_with: [train]",
+        "    env: {CUDA_LAUNCH_BLOCKING: 1, RUN: eval}",
+        "  train:",
+        "    command: |",
+        "      python train.py --epochs 3",
+        "    gpus: 2",
+        "    time_limit: 1h30m",
+        "    retries: 1",
+        "    cwd: /data/runs",
+        "    priority: -3",
+        "    after: [prep, prep]",
+        "  prep:",
+        "    command: [make, data]",
+        "    gpu_mem: 512MiB",
+    ]))
+    .unwrap();
+    assert_eq!(
+        (spec.name.as_str(), spec.atomic, spec.priority),
+        ("train-eval", false, Some(5))
+    );
+    let names: Vec<&str> = spec.tasks.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["eval", "train", "prep"]);
+    let [eval, train, prep] = &spec.tasks[..] else {
+        panic!("three tasks")
+    };
+    assert_eq!(eval.command, ["python", "eval.py"]);
+    assert_eq!(eval.after, ["train"]);
+    assert_eq!(eval.colocate_with, ["train"]);
+    assert_eq!(
+        eval.env,
+        BTreeMap::from([
+            ("CUDA_LAUNCH_BLOCKING".to_string(), "1".to_string()),
+            ("RUN".to_string(), "eval".to_string())
+        ])
+    );
+    assert_eq!(eval.request, GpuRequest::whole(0));
+    assert_eq!((eval.line, eval.column), (5, 3));
+    assert_eq!(train.command, ["sh", "-c", "python train.py --epochs 3\n"]);
+    assert_eq!(train.request, GpuRequest::whole(2));
+    assert_eq!(train.time_limit, Some(5_400_000));
+    assert_eq!((train.retries, train.priority), (1, Some(-3)));
+    assert_eq!(train.cwd.as_deref(), Some("/data/runs"));
+    assert_eq!(train.after, ["prep"], "repeats are dropped");
+    assert_eq!(train.line, 12);
+    // Memory without a count: one shared GPU, as `baton submit --gpu-mem` does.
+    assert_eq!(prep.request, GpuRequest::shared(1, 512 << 20));
+    assert_eq!(prep.line, 21);
+    // Topological order follows the dependencies, not the order written.
+    assert_eq!(spec.dag().unwrap().topological_order(), [2, 1, 0]);
+}
+
+#[test]
+fn gpu_requests_read_like_baton_submit() {
+    let request = |fields: &str| {
+        parse(&file(&[
+            "name: w",
+            "tasks:",
+            &format!("  t: {{command: [x]{fields}}}"),
+        ]))
+        .unwrap()
+        .tasks[0]
+            .request
+    };
+    assert_eq!(request(""), GpuRequest::whole(0));
+    assert_eq!(request(", gpus: 3"), GpuRequest::whole(3));
+    assert_eq!(request(", gpu_mem: 8G"), GpuRequest::shared(1, 8 * GIB));
+    assert_eq!(
+        request(", gpus: 0, gpu_mem: 8G"),
+        GpuRequest::shared(1, 8 * GIB)
+    );
+    assert_eq!(
+        request(", gpus: 2, gpu_mem: 20GiB"),
+        GpuRequest::shared(2, 20 * GIB)
+    );
+}
+
+#[test]
+fn string_commands_run_with_sh() {
+    let spec = parse(&file(&[
+        "name: shell",
+        "tasks:",
+        "  plain: {command: make all}",
+        "  quoted: {command: 'python write.py --in \"out/tags.json\" && echo done'}",
+        "  folded:",
+        "    command: >-",
+        "      python train.py",
+        "      --epochs 3",
+        "  list-with-sh: {command: [bash, -lc, \"echo hi\"]}",
+    ]))
+    .unwrap();
+    let commands: Vec<Vec<String>> = spec.tasks.into_iter().map(|t| t.command).collect();
+    assert_eq!(
+        commands,
+        [
+            vec!["sh", "-c", "make all"],
+            vec![
+                "sh",
+                "-c",
+                "python write.py --in \"out/tags.json\" && echo done"
+            ],
+            vec!["sh", "-c", "python train.py --epochs 3"],
+            vec!["bash", "-lc", "echo hi"],
+        ]
+    );
+}
+
+#[test]
+fn task_names_may_use_letters_digits_and_three_marks() {
+    let name64 = "a".repeat(64);
+    let spec = parse(&file(&[
+        "name: names",
+        "tasks:",
+        "  Step_1.train-v2: {command: [x]}",
+        "  2024: {command: [x], after: [Step_1.train-v2]}",
+        &format!("  {name64}: {{command: [x]}}"),
+    ]))
+    .unwrap();
+    assert_eq!(spec.tasks[1].name, "2024");
+    assert_eq!(spec.tasks[2].name, name64);
+}
+
+// ---- What the YAML parser refuses: placed by the parser. ----
+
+#[test]
+fn yaml_syntax_errors() {
+    assert_eq!(
+        error(&[
+            "name: broken",
+            "tasks:",
+            "  prep:",
+            "    command: [python, prep.py",
+            "    gpus: 1",
+        ]),
+        "line 5, column 9: did not find expected ',' or ']', while parsing a flow sequence at line 4 column 14"
+    );
+    assert_eq!(
+        error(&["name: tabs", "tasks:", "\tprep: {command: [x]}"]),
+        "line 3, column 1: found character that cannot start any token, while scanning for the next token"
+    );
+}
+
+#[test]
+fn unknown_keys() {
+    // The brief's example: `gpu` for `gpus`, in a flow mapping; column 39 is the `g` of `gpu`.
+    assert_eq!(
+        error(&[
+            "name: typo",
+            "atomic: true",
+            "tasks:",
+            "  classify: {command: [python, c.py], gpu: 1}",
+        ]),
+        "line 4, column 39: tasks.classify: unknown field `gpu`, expected one of `command`, `gpus`, \
+         `gpu_mem`, `time_limit`, `after`, `retries`, `env`, `cwd`, `priority`, `colocate_with`"
+    );
+    assert_eq!(
+        error(&[
+            "name: typo",
+            "tasks:",
+            "  train:",
+            "    command: [python, train.py]",
+            "    depends_on: [prep]",
+        ]),
+        "line 5, column 5: tasks.train: unknown field `depends_on`, expected one of `command`, \
+         `gpus`, `gpu_mem`, `time_limit`, `after`, `retries`, `env`, `cwd`, `priority`, `colocate_with`"
+    );
+    assert_eq!(
+        error(&["name: typo", "gang: true", "tasks:", "  a: {command: [x]}"]),
+        "line 2, column 1: unknown field `gang`, expected one of `name`, `atomic`, `priority`, `tasks`"
+    );
+}
+
+#[test]
+fn wrong_types() {
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  a:",
+            "    command: [x]",
+            "    gpus: two"
+        ]),
+        "line 5, column 11: tasks.a.gpus: invalid type: string \"two\", expected a whole number >= 0"
+    );
+    assert_eq!(
+        error(&["name: t", "tasks:", "  a: {command: [x], retries: -1}"]),
+        "line 3, column 30: tasks.a.retries: invalid type: integer `-1`, expected a whole number >= 0"
+    );
+    assert_eq!(
+        error(&["name: t", "atomic: yes", "tasks:", "  a: {command: [x]}"]),
+        "line 2, column 9: atomic: invalid type: string \"yes\", expected a boolean"
+    );
+    assert_eq!(
+        error(&["name: t", "tasks:", "  a: {command: 5}"]),
+        "line 3, column 16: tasks.a.command: invalid type: integer `5`, expected a list of strings, \
+         or a string run by `sh -c`"
+    );
+    assert_eq!(
+        error(&["name: t", "tasks:", "  - a", "  - b"]),
+        "line 3, column 3: tasks: invalid type: sequence, expected a mapping from task names to tasks"
+    );
+    assert_eq!(
+        error(&["name: t", "tasks:", "  a: {command: [x], env: [A=1]}"]),
+        "line 3, column 26: tasks.a.env: invalid type: sequence, expected a map"
+    );
+    assert_eq!(
+        error(&["- name: t"]),
+        "line 1, column 1: invalid type: sequence, expected a workflow: a mapping with `name` and `tasks`"
+    );
+}
+
+#[test]
+fn missing_and_repeated_keys() {
+    assert_eq!(
+        error(&["# no name", "tasks:", "  a: {command: [x]}"]),
+        "line 2, column 1: missing field `name`"
+    );
+    assert_eq!(
+        error(&["tasks:", "  a: {command: [x]}"]),
+        "line 1, column 1: missing field `name`"
+    );
+    // The parser places a repeat at the start of its mapping; the repeat itself is more useful.
+    assert_eq!(
+        error(&["name: one", "name: two", "tasks:", "  a: {command: [x]}"]),
+        "line 2, column 1: duplicate field `name`"
+    );
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  a:",
+            "    command: [x]",
+            "    gpus: 1",
+            "    gpus: 2",
+        ]),
+        "line 6, column 5: tasks.a: duplicate field `gpus`"
+    );
+}
+
+// ---- What the checks after parsing refuse: placed at the task's line. ----
+
+#[test]
+fn empty_files_names_and_task_lists() {
+    assert_eq!(parse("").unwrap_err(), WorkflowError::EmptyFile);
+    assert_eq!(
+        error(&["# nothing yet", "", "---"]),
+        "the file is empty: a workflow needs at least `name` and `tasks`"
+    );
+    assert_eq!(
+        error(&["atomic: false", "name: ''", "tasks:", "  a: {command: [x]}"]),
+        "line 2, column 1: name: the workflow name must not be empty"
+    );
+    assert_eq!(
+        error(&["name: t", "tasks: {}"]),
+        "line 2, column 1: tasks: a workflow needs at least one task"
+    );
+    assert_eq!(
+        error(&["name: t", "atomic: true", "tasks:", "# to do"]),
+        "line 3, column 1: tasks: a workflow needs at least one task"
+    );
+    // No `tasks` key at all: nowhere better to point than the start.
+    assert_eq!(
+        error(&["name: t"]),
+        "line 1, column 1: tasks: a workflow needs at least one task"
+    );
+}
+
+#[test]
+fn missing_or_empty_commands() {
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  prep: {command: [x]}",
+            "  train:",
+            "    gpus: 1"
+        ]),
+        "line 4, column 3: task train: missing `command` (a list of strings, or a string run by `sh -c`)"
+    );
+    assert_eq!(
+        error(&["name: t", "tasks:", "  train:"]),
+        "line 3, column 3: task train: missing `command` (a list of strings, or a string run by `sh -c`)"
+    );
+    for command in ["[]", "\"\"", "'  '", "[\"\", x]"] {
+        assert_eq!(
+            error(&[
+                "name: t",
+                "tasks:",
+                "  a: {command: [x]}",
+                &format!("  b: {{command: {command}}}")
+            ]),
+            "line 4, column 3: task b: command: the command is empty",
+            "command: {command}"
+        );
+    }
+}
+
+#[test]
+fn bad_task_names() {
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  ok: {command: [x]}",
+            "  \"\": {command: [x]}"
+        ]),
+        "line 4, column 3: task \"\": a task name must not be empty"
+    );
+    assert_eq!(
+        error(&["name: t", "tasks:", "  \"train model\": {command: [x]}"]),
+        "line 3, column 3: task \"train model\": ' ' is not allowed in a task name (only letters, \
+         digits, `_`, `.` and `-` are)"
+    );
+    assert_eq!(
+        error(&["name: t", "tasks:", "  a/b: {command: [x]}"]),
+        "line 3, column 3: task \"a/b\": '/' is not allowed in a task name (only letters, digits, \
+         `_`, `.` and `-` are)"
+    );
+    let long = "x".repeat(65);
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  a: {command: [x]}",
+            &format!("  {long}: {{command: [x]}}")
+        ]),
+        format!(
+            "line 4, column 3: task \"{long}\": the name is 65 characters long; at most 64 are allowed"
+        )
+    );
+}
+
+#[test]
+fn a_task_defined_twice() {
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  prep: {command: [x]}",
+            "  train: {command: [y]}",
+            "  prep: {command: [z]}",
+        ]),
+        "line 5, column 3: task prep: defined twice (first at line 3)"
+    );
+}
+
+#[test]
+fn bad_sizes_and_durations() {
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  a: {command: [x]}",
+            "  b: {command: [x], gpu_mem: 4 parsecs}"
+        ]),
+        "line 4, column 3: task b: gpu_mem: invalid size \"4 parsecs\": expected a number and a unit, \
+         e.g. 24GiB, 512MiB, 8G"
+    );
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  a:",
+            "    command: [x]",
+            "    time_limit: 600"
+        ]),
+        "line 3, column 3: task a: time_limit: invalid duration \"600\": expected e.g. 90s, 30m, 2h, \
+         1h30m, 1d or HH:MM:SS"
+    );
+}
+
+#[test]
+fn unknown_and_self_dependencies() {
+    let text = [
+        "name: caption-pipeline",
+        "tasks:",
+        "  classify: {command: [python, classify.py]}",
+        "  tags:     {command: [python, tags.py], after: [classify]}",
+        "  copy:     {command: [python, write.py], after: [tagz]}",
+    ];
+    assert_eq!(
+        error(&text),
+        "line 5, column 3: task copy: after: no task named \"tagz\" (tasks: classify, tags, copy)"
+    );
+    let err = parse(&file(&text)).unwrap_err();
+    assert_eq!(err.location(), Some(Location { line: 5, column: 3 }));
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  a: {command: [x]}",
+            "  b: {command: [x], after: [a, b]}"
+        ]),
+        "line 4, column 3: task b: after: a task cannot depend on itself"
+    );
+}
+
+#[test]
+fn colocation_must_name_other_tasks() {
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  train: {command: [x]}",
+            "  eval: {command: [x], colocate_with: [trian]}",
+        ]),
+        "line 4, column 3: task eval: colocate_with: no task named \"trian\" (tasks: train, eval)"
+    );
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  train: {command: [x], colocate_with: train}"
+        ]),
+        "line 3, column 3: task train: colocate_with: a task is always with itself; name other tasks"
+    );
+}
+
+#[test]
+fn cycles_are_reported_as_the_cycle() {
+    // Two: each after the other.
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  a: {command: [x], after: [b]}",
+            "  b: {command: [x], after: [a]}",
+        ]),
+        "line 3, column 3: dependency cycle: a -> b -> a"
+    );
+    // Three, as in DESIGN §6: written in the order the work would flow.
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  prep:",
+            "    command: [x]",
+            "    after: [eval]",
+            "  train:",
+            "    command: [x]",
+            "    after: [prep]",
+            "  eval:",
+            "    command: [x]",
+            "    after: [train]",
+        ]),
+        "line 3, column 3: dependency cycle: prep -> train -> eval -> prep"
+    );
+    // Five, written shuffled, behind a task that is not part of it: the cycle starts at its
+    // earliest-written task and follows the edges.
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  setup: {command: [x]}",
+            "  d: {command: [x], after: [c]}",
+            "  b: {command: [x], after: [a]}",
+            "  e: {command: [x], after: [d]}",
+            "  a: {command: [x], after: [setup, e]}",
+            "  c: {command: [x], after: [b]}",
+        ]),
+        "line 4, column 3: dependency cycle: d -> e -> a -> b -> c -> d"
+    );
+}
+
+#[test]
+fn a_cycle_reachable_only_through_a_side_branch() {
+    // main -> report is fine; side branches off main into loop1 <-> loop2; done hangs off loop2.
+    assert_eq!(
+        error(&[
+            "name: t",
+            "tasks:",
+            "  main: {command: [x]}",
+            "  report: {command: [x], after: [main]}",
+            "  side: {command: [x], after: [main]}",
+            "  done: {command: [x], after: [loop2]}",
+            "  loop1: {command: [x], after: [side, loop2]}",
+            "  loop2: {command: [x], after: [loop1]}",
+        ]),
+        "line 7, column 3: dependency cycle: loop1 -> loop2 -> loop1"
+    );
+}
+
+#[test]
+fn flow_style_tasks_fall_back_to_the_tasks_line() {
+    assert_eq!(
+        error(&["name: t", "tasks: {a: {command: [x], after: [b]}}"]),
+        "line 2, column 1: task a: after: no task named \"b\" (tasks: a)"
+    );
+}
+
+#[test]
+fn hand_built_specs_get_the_same_graph_checks() {
+    let mut spec = parse(&file(&[
+        "name: t",
+        "tasks:",
+        "  a: {command: [x]}",
+        "  b: {command: [x], after: [a]}",
+    ]))
+    .unwrap();
+    spec.tasks[0].after = vec!["b".into()];
+    assert_eq!(
+        spec.dag().unwrap_err().to_string(),
+        "line 3, column 3: dependency cycle: a -> b -> a"
+    );
+}

@@ -1,0 +1,257 @@
+//! `POST /v1/workflows`, `GET /v1/workflows/{id}`, `POST /v1/workflows/{id}/cancel`: DAG
+//! workflows (DESIGN §6). A workflow file is parsed and checked whole (syntax, cycles, unknown
+//! dependencies, resources this machine can never give) before anything is queued; then all its
+//! tasks are queued as ordinary jobs in one transaction, each knowing its predicted critical path.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{ConnectInfo, Path as UrlPath, State};
+use baton_core::placement::Occupancy;
+use baton_core::workflow::{self, WorkflowSpec};
+use baton_core::{JobId, admission};
+
+use crate::api::{CancelRequest, WorkflowSubmitRequest, WorkflowTaskView, WorkflowView};
+use crate::daemon::handlers::cancel::cancel_jobs;
+use crate::daemon::views::{job_view, rfc3339};
+use crate::daemon::{ApiError, Daemon, Peer, now_ms};
+use crate::notify;
+use crate::store::{JobRecord, NewJob, NewWorkflow, WorkflowRecord};
+use crate::users;
+
+/// The prediction for a task with no history and no time limit.
+const DEFAULT_PREDICTION_MS: i64 = 10 * 60_000;
+
+pub async fn submit(
+    State(daemon): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Json(req): Json<WorkflowSubmitRequest>,
+) -> Result<Json<WorkflowView>, ApiError> {
+    let source = req.source.clone();
+    let bad = |m: String| ApiError::BadRequest(format!("{source}: {m}"));
+    let spec = workflow::parse(&req.text).map_err(|e| bad(e.to_string()))?;
+    check_resources(&daemon, &spec).map_err(bad)?;
+    if !Path::new(&req.base_dir).is_absolute() {
+        return Err(bad(format!(
+            "the workflow's directory must be absolute, not {:?}",
+            req.base_dir
+        )));
+    }
+    let dag = spec.dag().map_err(|e| bad(e.to_string()))?;
+    let mut env = req.env.clone();
+    env.remove("CLAUDE_CODE_MESSAGING_TOKEN");
+    let inbox = daemon.inbox_for(peer.uid, &env);
+    let channels = notify::resolve(&req.notify, &req.context, &inbox, &req.base_dir)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let now = now_ms();
+    let owner = users::name_of(peer.uid);
+
+    let (wf, jobs) = {
+        let mut inner = daemon.lock();
+        // Predicted run times: the history of the same task of the same workflow, or of the same
+        // command, else the time limit, else a default.
+        let mut durations = Vec::with_capacity(spec.tasks.len());
+        for task in &spec.tasks {
+            let history = inner
+                .store
+                .run_history(&task.command, &task.name, &spec.name)?;
+            durations.push(workflow::predict_ms(
+                &history,
+                task.time_limit,
+                DEFAULT_PREDICTION_MS,
+            ));
+        }
+        let path = dag.critical_path(&durations);
+        // Tasks in dependency order, each `after` pointing at earlier positions.
+        let order = dag.topological_order().to_vec();
+        let position: HashMap<usize, usize> =
+            order.iter().enumerate().map(|(pos, &t)| (t, pos)).collect();
+        let tasks = order
+            .iter()
+            .map(|&t| {
+                let task = &spec.tasks[t];
+                let after = dag.predecessors(t).iter().map(|p| position[p]).collect();
+                let mut task_env: BTreeMap<String, String> = env.clone();
+                task_env.extend(task.env.clone());
+                let cwd = match &task.cwd {
+                    Some(dir) if Path::new(dir).is_absolute() => dir.clone(),
+                    Some(dir) => format!("{}/{dir}", req.base_dir.trim_end_matches('/')),
+                    None => req.base_dir.clone(),
+                };
+                let job = NewJob {
+                    name: Some(format!("{}/{}", spec.name, task.name)),
+                    command: task.command.clone(),
+                    cwd,
+                    env: task_env,
+                    owner_uid: peer.uid,
+                    owner: owner.clone(),
+                    priority: task.priority.or(spec.priority).unwrap_or(0),
+                    request: task.request,
+                    time_limit: task.time_limit,
+                    retries: task.retries,
+                    deps: Vec::new(),
+                    tags: BTreeMap::new(),
+                    submitted_at: now,
+                    umask: req.umask.map(|m| m & 0o777),
+                    notify: channels.clone(),
+                    session: req.context.session(),
+                    workflow_id: None,
+                    task: Some(task.name.clone()),
+                    critical_path: path.remaining_ms[t],
+                };
+                (job, after)
+            })
+            .collect();
+        let new = NewWorkflow {
+            name: spec.name.clone(),
+            atomic: spec.atomic,
+            owner_uid: peer.uid,
+            owner: owner.clone(),
+            source: source.clone(),
+            submitted_at: now,
+            tasks,
+        };
+        let (wf, jobs) = inner.store.insert_workflow(&new)?;
+        for job in &jobs {
+            inner.active.insert(job.id, job.clone());
+        }
+        inner.workflows.insert(wf.id, wf.clone());
+        (wf, jobs)
+    };
+    // BATON_WORKFLOW_ID is known only now; the store has it as the jobs' workflow_id, and the
+    // launch adds it to the environment.
+    daemon.wake();
+    tracing::info!(
+        workflow = wf.id,
+        tasks = jobs.len(),
+        atomic = wf.atomic,
+        "workflow queued"
+    );
+    Ok(Json(view(&wf, &jobs)))
+}
+
+/// Refuses, before anything is queued, a task this machine can never run, and an atomic
+/// workflow whose tasks cannot all hold their GPUs at once.
+fn check_resources(daemon: &Daemon, spec: &WorkflowSpec) -> Result<(), String> {
+    for task in &spec.tasks {
+        admission::check(&task.request, &daemon.gpus)
+            .map_err(|e| format!("line {}: task {}: {e}", task.line, task.name))?;
+    }
+    if spec.atomic {
+        let requests: Vec<_> = spec.tasks.iter().map(|t| t.request).collect();
+        if Occupancy::new(&daemon.gpus).choose_all(&requests).is_none() {
+            let whole: u32 = spec
+                .tasks
+                .iter()
+                .filter(|t| t.request.mem_per_gpu.is_none())
+                .map(|t| t.request.count)
+                .sum();
+            return Err(format!(
+                "atomic: all {} tasks must hold their GPUs at once ({whole} whole GPUs, plus \
+                 shared ones), which this machine's {} GPUs can never do; make it non-atomic \
+                 or smaller",
+                spec.tasks.len(),
+                daemon.gpus.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub async fn status(
+    State(daemon): State<Arc<Daemon>>,
+    UrlPath(id): UrlPath<u64>,
+) -> Result<Json<WorkflowView>, ApiError> {
+    let (wf, jobs) = daemon.workflow_with_jobs(id)?;
+    Ok(Json(view(&wf, &jobs)))
+}
+
+pub async fn cancel(
+    State(daemon): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    UrlPath(id): UrlPath<u64>,
+    Json(req): Json<CancelRequest>,
+) -> Result<Json<WorkflowView>, ApiError> {
+    let (_, jobs) = daemon.workflow_with_jobs(id)?;
+    let open: Vec<JobId> = jobs
+        .iter()
+        .filter(|j| !j.state.is_terminal())
+        .map(|j| j.id)
+        .collect();
+    if !open.is_empty() {
+        cancel_jobs(&daemon, &peer, &open, req.force, req.session.as_deref())?;
+    }
+    let (wf, jobs) = daemon.workflow_with_jobs(id)?;
+    Ok(Json(view(&wf, &jobs)))
+}
+
+impl Daemon {
+    /// A workflow and its tasks, the live copies for those still active.
+    fn workflow_with_jobs(&self, id: u64) -> Result<(WorkflowRecord, Vec<JobRecord>), ApiError> {
+        let inner = self.lock();
+        let wf = match inner.workflows.get(&id) {
+            Some(wf) => wf.clone(),
+            None => inner
+                .store
+                .workflow(id)?
+                .ok_or_else(|| ApiError::NotFound(format!("workflow {id} does not exist")))?,
+        };
+        let mut jobs = inner.store.workflow_jobs(id)?;
+        for job in jobs.iter_mut() {
+            if let Some(live) = inner.active.get(&job.id) {
+                *job = live.clone();
+            }
+        }
+        Ok((wf, jobs))
+    }
+}
+
+/// The workflow object: its tasks in the order they were queued (dependency order), and the
+/// predicted critical path read back from the tasks' own predictions.
+pub fn view(wf: &WorkflowRecord, jobs: &[JobRecord]) -> WorkflowView {
+    let name_of: HashMap<JobId, String> = jobs
+        .iter()
+        .map(|j| (j.id, j.task.clone().unwrap_or_else(|| j.name.clone())))
+        .collect();
+    let tasks: Vec<WorkflowTaskView> = jobs
+        .iter()
+        .map(|j| WorkflowTaskView {
+            task: name_of[&j.id].clone(),
+            after: j
+                .deps
+                .iter()
+                .filter_map(|d| name_of.get(&d.job).cloned())
+                .collect(),
+            reserved: j.reserved.clone(),
+            critical_path_ms: j.critical_path,
+            job: job_view(j),
+        })
+        .collect();
+    // Longest chain: from the root with the longest path, keep taking the successor with the
+    // longest path.
+    let mut critical_path = Vec::new();
+    let roots = jobs.iter().filter(|j| j.deps.is_empty());
+    let mut current = roots.max_by_key(|j| (j.critical_path, std::cmp::Reverse(j.id)));
+    while let Some(job) = current {
+        critical_path.push(name_of[&job.id].clone());
+        current = jobs
+            .iter()
+            .filter(|j| j.deps.iter().any(|d| d.job == job.id))
+            .max_by_key(|j| (j.critical_path, std::cmp::Reverse(j.id)));
+    }
+    WorkflowView {
+        id: wf.id,
+        name: wf.name.clone(),
+        atomic: wf.atomic,
+        state: wf.state.clone(),
+        owner: wf.owner.clone(),
+        source: wf.source.clone(),
+        submitted_at: rfc3339(wf.submitted_at),
+        admitted_at: wf.admitted_at.map(rfc3339),
+        ended_at: wf.ended_at.map(rfc3339),
+        critical_path,
+        tasks,
+    }
+}
