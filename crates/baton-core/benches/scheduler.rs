@@ -96,13 +96,57 @@ fn world(
     (gpu_list, run, pending, states)
 }
 
+/// A 1,000-task atomic workflow (a few parallel chains, 1 GPU or a GPU share each), queued on an
+/// empty cluster of 128 nodes x 8 GPUs: the pass that admits it whole.
+fn workflow_world(tasks: usize) -> (Vec<Gpu>, Vec<PendingJob>, HashMap<JobId, JobState>) {
+    let gpus: Vec<Gpu> = (0..1024)
+        .map(|index| Gpu {
+            index,
+            memory_total: 80 * GIB,
+            node: index / 8,
+        })
+        .collect();
+    let mut states = HashMap::new();
+    let pending = (0..tasks)
+        .map(|i| {
+            let id = JobId(i as u64 + 1);
+            states.insert(id, JobState::Queued);
+            // Ten chains: each task after the previous one of its chain.
+            let deps = if i >= 10 {
+                vec![Dependency {
+                    job: JobId(i as u64 + 1 - 10),
+                    kind: DepKind::Success,
+                }]
+            } else {
+                vec![]
+            };
+            let request = if i % 3 == 0 {
+                GpuRequest::shared(1, 20 * GIB)
+            } else {
+                GpuRequest::whole(1)
+            };
+            let mut job = PendingJob::new(id, 0, 0, request, Some(10 * MIN), deps);
+            job.gang = Some(1);
+            job.critical_path = ((tasks - i) / 10) as i64 * 10 * MIN;
+            job
+        })
+        .collect();
+    (gpus, pending, states)
+}
+
 fn bench(c: &mut Criterion) {
+    let (gpus, pending, states) = workflow_world(1000);
+    let admitted = plan(&gpus, &[], &pending, &states, 0);
+    assert_eq!(admitted.admissions.len(), 1, "the workflow must fit");
+    c.bench_function("admission: a 1,000-task atomic workflow on 1,024 GPUs", |b| {
+        b.iter(|| plan(&gpus, &[], &pending, &states, 0))
+    });
     let (gpus, running, pending, states) = world(4, 4, 300);
     c.bench_function("pass: 300 queued on 4 GPUs", |b| {
         b.iter(|| plan(&gpus, &running, &pending, &states, 0))
     });
     let (gpus, running, pending, states) = world(1024, 700, 10_000);
-    c.bench_function("pass: 10,000 queued on 1,024 GPUs", |b| {
+    c.bench_function("pass: 10,000 queued on 1,024 GPUs (128 nodes)", |b| {
         b.iter(|| plan(&gpus, &running, &pending, &states, 0))
     });
 }

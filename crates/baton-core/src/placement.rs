@@ -16,21 +16,45 @@ struct Slot {
     holders: u32,
 }
 
-/// The occupancy of every GPU of a machine.
-///
-/// A scheduling pass asks "does this fit?" once per queued job and changes the occupancy only
-/// when a job starts, so the answers to the common questions are kept up to date on change
-/// (`free_whole`, `most_shared_free`) and most requests that do not fit are refused in O(1).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Occupancy {
-    gpus: Vec<Gpu>,
-    slots: Vec<Slot>,
+/// One node's GPUs: fixed for the life of an occupancy, and shared by its clones (the
+/// scheduler clones occupancies to try placements).
+#[derive(Debug, PartialEq, Eq)]
+struct NodeShape {
+    id: u32,
+    /// Positions (in `Occupancy::gpus`) of this node's GPUs, by index.
+    positions: Vec<usize>,
+    /// Its GPUs' memories, largest first: what the empty node could ever offer.
+    totals_desc: Vec<u64>,
+}
+
+/// What one node has free, kept up to date on every change so that a request is matched
+/// against nodes (a hundred or so) rather than against every GPU of the cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct NodeFree {
     /// GPUs nobody holds.
     free_whole: usize,
-    /// The most memory free on any GPU a shared job could use.
+    /// The most memory free on any of its GPUs a shared job could use.
     most_shared_free: u64,
-    /// Every node's GPU memories, largest first: what an empty node could ever offer.
-    node_totals: Vec<(u32, Vec<u64>)>,
+}
+
+/// The occupancy of every GPU of a cluster (one machine is one node).
+///
+/// A scheduling pass asks "does this fit?" once per queued job and changes the occupancy only
+/// when a job starts, so the answers to the common questions are kept up to date on change, per
+/// node and overall (`free_whole`, `most_shared_free`), and most requests that do not fit are
+/// refused in O(1), the rest after a look at each node's summary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Occupancy {
+    gpus: std::sync::Arc<Vec<Gpu>>,
+    slots: Vec<Slot>,
+    shapes: std::sync::Arc<Vec<NodeShape>>,
+    nodes: Vec<NodeFree>,
+    /// For each GPU position, its node's position in `nodes`.
+    node_at: std::sync::Arc<Vec<usize>>,
+    /// GPUs nobody holds, cluster-wide.
+    free_whole: usize,
+    /// The most memory free on any GPU a shared job could use, cluster-wide.
+    most_shared_free: u64,
 }
 
 /// Holding a GPU that does not exist, or taking more than is free: a broken caller.
@@ -46,40 +70,85 @@ impl Occupancy {
     pub fn new(gpus: &[Gpu]) -> Self {
         let mut gpus = gpus.to_vec();
         gpus.sort_by_key(|g| g.index);
-        let mut node_totals: Vec<(u32, Vec<u64>)> = Vec::new();
-        for g in &gpus {
-            match node_totals.iter_mut().find(|(n, _)| *n == g.node) {
-                Some((_, totals)) => totals.push(g.memory_total),
-                None => node_totals.push((g.node, vec![g.memory_total])),
-            }
+        let mut shapes: Vec<NodeShape> = Vec::new();
+        let mut nodes: Vec<NodeFree> = Vec::new();
+        let mut node_at = Vec::with_capacity(gpus.len());
+        for (pos, g) in gpus.iter().enumerate() {
+            let at = match shapes.iter().position(|n| n.id == g.node) {
+                Some(at) => at,
+                None => {
+                    shapes.push(NodeShape {
+                        id: g.node,
+                        positions: Vec::new(),
+                        totals_desc: Vec::new(),
+                    });
+                    nodes.push(NodeFree::default());
+                    shapes.len() - 1
+                }
+            };
+            shapes[at].positions.push(pos);
+            shapes[at].totals_desc.push(g.memory_total);
+            nodes[at].free_whole += 1;
+            nodes[at].most_shared_free = nodes[at].most_shared_free.max(g.memory_total);
+            node_at.push(at);
         }
-        for (_, totals) in &mut node_totals {
-            totals.sort_unstable_by(|a, b| b.cmp(a));
+        for shape in &mut shapes {
+            shape.totals_desc.sort_unstable_by(|a, b| b.cmp(a));
         }
-        node_totals.sort_by_key(|(n, _)| *n);
         Occupancy {
             slots: vec![Slot::default(); gpus.len()],
             free_whole: gpus.len(),
             most_shared_free: gpus.iter().map(|g| g.memory_total).max().unwrap_or(0),
-            node_totals,
-            gpus,
+            shapes: std::sync::Arc::new(shapes),
+            nodes,
+            node_at: std::sync::Arc::new(node_at),
+            gpus: std::sync::Arc::new(gpus),
         }
     }
 
-    fn refresh(&mut self) {
-        self.free_whole = self.slots.iter().filter(|s| s.holders == 0).count();
-        self.most_shared_free = self
-            .slots
-            .iter()
-            .zip(&self.gpus)
-            .filter(|(s, _)| !s.exclusive)
-            .map(|(s, g)| g.memory_total.saturating_sub(s.mem_used))
-            .max()
-            .unwrap_or(0);
+    /// Recomputes the summaries of the nodes at `changed` (positions in `nodes`), then the
+    /// cluster's.
+    fn refresh(&mut self, changed: &[usize]) {
+        let mut rescan_max = false;
+        for &at in changed {
+            let shape = &self.shapes[at];
+            let old = self.nodes[at];
+            let free_whole = shape
+                .positions
+                .iter()
+                .filter(|&&p| self.slots[p].holders == 0)
+                .count();
+            let most_shared_free = shape
+                .positions
+                .iter()
+                .filter(|&&p| !self.slots[p].exclusive)
+                .map(|&p| self.gpus[p].memory_total.saturating_sub(self.slots[p].mem_used))
+                .max()
+                .unwrap_or(0);
+            self.nodes[at] = NodeFree {
+                free_whole,
+                most_shared_free,
+            };
+            self.free_whole = self.free_whole - old.free_whole + free_whole;
+            if most_shared_free >= self.most_shared_free {
+                self.most_shared_free = most_shared_free;
+            } else if old.most_shared_free == self.most_shared_free {
+                // The node that had the most free memory has less now: find the new most.
+                rescan_max = true;
+            }
+        }
+        if rescan_max {
+            self.most_shared_free = self
+                .nodes
+                .iter()
+                .map(|n| n.most_shared_free)
+                .max()
+                .unwrap_or(0);
+        }
     }
 
     pub fn gpus(&self) -> &[Gpu] {
-        &self.gpus
+        self.gpus.as_slice()
     }
 
     fn position(&self, index: u32) -> Result<usize, PlacementError> {
@@ -109,6 +178,7 @@ impl Occupancy {
             }
             positions.push(pos);
         }
+        let mut changed: Vec<usize> = Vec::with_capacity(1);
         for pos in positions {
             let slot = &mut self.slots[pos];
             slot.holders += 1;
@@ -116,13 +186,17 @@ impl Occupancy {
                 None => slot.exclusive = true,
                 Some(mem) => slot.mem_used += mem,
             }
+            if !changed.contains(&self.node_at[pos]) {
+                changed.push(self.node_at[pos]);
+            }
         }
-        self.refresh();
+        self.refresh(&changed);
         Ok(())
     }
 
     /// Gives back what [`Occupancy::hold`] took. GPUs that no longer exist are ignored.
     pub fn release(&mut self, gpus: &[u32], req: &GpuRequest) {
+        let mut changed: Vec<usize> = Vec::with_capacity(1);
         for &index in gpus {
             if let Ok(pos) = self.position(index) {
                 let slot = &mut self.slots[pos];
@@ -131,9 +205,12 @@ impl Occupancy {
                     None => slot.exclusive = false,
                     Some(mem) => slot.mem_used = slot.mem_used.saturating_sub(mem),
                 }
+                if !changed.contains(&self.node_at[pos]) {
+                    changed.push(self.node_at[pos]);
+                }
             }
         }
-        self.refresh();
+        self.refresh(&changed);
     }
 
     /// Chooses GPUs for `req`, or `None` if it does not fit now. Whole GPUs: the lowest free
@@ -150,38 +227,58 @@ impl Occupancy {
         if req.count == 0 {
             return Some(Vec::new());
         }
+        let count = req.count as usize;
         let hopeless = match req.mem_per_gpu {
-            None => self.free_whole < req.count as usize,
+            None => self.free_whole < count,
             Some(mem) => self.most_shared_free < mem,
         };
         if hopeless {
             return None;
         }
-        let candidates: Vec<usize> = (0..self.gpus.len())
-            .filter(|&pos| self.slot_admits(pos, req))
-            .collect();
-        if candidates.len() < req.count as usize {
-            return None;
-        }
-        // Candidates per node, in node order (GPUs are sorted by index, nodes need not be).
-        let mut per_node: Vec<(u32, Vec<usize>)> = Vec::new();
-        for pos in candidates {
-            let node = self.gpus[pos].node;
-            match per_node.iter_mut().find(|(n, _)| *n == node) {
-                Some((_, list)) => list.push(pos),
-                None => per_node.push((node, vec![pos])),
+        // The node: the preferred one if it fits, else the one with the fewest GPUs that could
+        // take the request (best fit), lowest id on ties. Whole requests are decided from the
+        // node summaries alone; shared ones look at the GPUs of nodes that might fit.
+        let admitting = |shape: &NodeShape| -> Vec<usize> {
+            shape
+                .positions
+                .iter()
+                .copied()
+                .filter(|&p| self.slot_admits(p, req))
+                .collect()
+        };
+        let mut best: Option<((bool, usize, u32), usize)> = None;
+        for (at, (node, shape)) in self.nodes.iter().zip(self.shapes.iter()).enumerate() {
+            // How many of its GPUs could take the request: known from the summary for whole
+            // GPUs; for shared ones, counted on the nodes that might fit.
+            let fits = match req.mem_per_gpu {
+                None => node.free_whole,
+                Some(mem) if node.most_shared_free >= mem => shape
+                    .positions
+                    .iter()
+                    .filter(|&&p| self.slot_admits(p, req))
+                    .count(),
+                Some(_) => 0,
+            };
+            if fits < count {
+                continue;
+            }
+            let key = (Some(shape.id) != prefer, fits, shape.id);
+            if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                best = Some((key, at));
+                if !key.0 {
+                    break; // the preferred node
+                }
             }
         }
-        per_node.retain(|(_, list)| list.len() >= req.count as usize);
-        per_node.sort_by_key(|(node, list)| (Some(*node) != prefer, list.len(), *node));
-        let (_, mut list) = per_node.into_iter().next()?;
+        let (_, at) = best?;
+        let mut list = admitting(&self.shapes[at]);
         if req.mem_per_gpu.is_some() {
             list.sort_by_key(|&pos| {
                 let left = self.gpus[pos].memory_total - self.slots[pos].mem_used;
                 (self.slots[pos].holders == 0, left, self.gpus[pos].index)
             });
         }
-        let mut chosen: Vec<u32> = list[..req.count as usize]
+        let mut chosen: Vec<u32> = list[..count]
             .iter()
             .map(|&pos| self.gpus[pos].index)
             .collect();
@@ -198,6 +295,9 @@ impl Occupancy {
     /// Requests go to the node of the first placed one when they fit there, so an atomic
     /// workflow's tasks share a node (and its data) when they can.
     pub fn choose_all(&self, requests: &[GpuRequest]) -> Option<Vec<Vec<u32>>> {
+        if let [one] = requests {
+            return self.choose(one).map(|chosen| vec![chosen]);
+        }
         let mut trial = self.clone();
         let mut node = None;
         let mut out = Vec::with_capacity(requests.len());
@@ -217,9 +317,9 @@ impl Occupancy {
         if req.count == 0 {
             return true;
         }
-        self.node_totals
+        self.shapes
             .iter()
-            .any(|(_, totals)| match totals.get(req.count as usize - 1) {
+            .any(|shape| match shape.totals_desc.get(req.count as usize - 1) {
                 None => false,
                 Some(&nth_largest) => req.mem_per_gpu.is_none_or(|mem| nth_largest >= mem),
             })

@@ -123,6 +123,21 @@ struct SubmitJobArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+struct SubmitWorkflowArgs {
+    /// A workflow YAML file (relative paths are taken from the project directory). Give this
+    /// or `yaml`.
+    #[serde(default)]
+    path: Option<String>,
+    /// The workflow YAML itself. Give this or `path`.
+    #[serde(default)]
+    yaml: Option<String>,
+    /// Where each task's report goes (default ["auto"]), as for submit_job.
+    #[serde(default)]
+    notify: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct JobIdArgs {
     /// The job id that submit_job returned.
     id: u64,
@@ -272,6 +287,66 @@ impl BatonTools {
             }
             Err(e) => client_error(e),
         })
+    }
+
+    #[tool(
+        description = "Queue a DAG workflow (YAML: name, atomic, tasks with command, gpus, \
+        gpu_mem, time_limit, after, retries, env, cwd). Checked whole first: errors name the \
+        line and column, and nothing is queued. Each task runs as a job and its report wakes \
+        you when it ends, as for submit_job: do not poll. `atomic: true` reserves the GPUs of \
+        all tasks at once or waits.",
+        input_schema = input_schema::<SubmitWorkflowArgs>()
+    )]
+    async fn submit_workflow(&self, args: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let args: SubmitWorkflowArgs = match parse("submit_workflow", args) {
+            Ok(a) => a,
+            Err(e) => return Ok(error(e)),
+        };
+        let (source, text, base_dir) = match (&args.path, &args.yaml) {
+            (Some(path), None) => {
+                let file = self.cwd.join(path);
+                let text = match std::fs::read_to_string(&file) {
+                    Ok(t) => t,
+                    Err(e) => return Ok(error(format!("{}: {e}", file.display()))),
+                };
+                let dir = file
+                    .canonicalize()
+                    .ok()
+                    .and_then(|f| f.parent().map(Path::to_path_buf))
+                    .unwrap_or_else(|| self.cwd.clone());
+                (path.clone(), text, dir)
+            }
+            (None, Some(yaml)) => ("workflow".to_string(), yaml.clone(), self.cwd.clone()),
+            _ => return Ok(error("give exactly one of `path` and `yaml`")),
+        };
+        let mut env: BTreeMap<String, String> = std::env::vars().collect();
+        env.remove("CLAUDE_CODE_MESSAGING_TOKEN");
+        let request = crate::api::WorkflowSubmitRequest {
+            source,
+            text,
+            base_dir: base_dir.display().to_string(),
+            env,
+            umask: Some(crate::cli::current_umask()),
+            notify: args.notify,
+            context: self.context.clone(),
+        };
+        Ok(
+            match self.call(move |c| c.submit_workflow(&request)).await {
+                Ok(wf) => {
+                    let text = format!(
+                        "queued workflow {} ({}, {} tasks{}); critical path {}. Each task's report \
+                     will wake you when it ends: no need to poll.",
+                        wf.id,
+                        wf.name,
+                        wf.tasks.len(),
+                        if wf.atomic { ", atomic" } else { "" },
+                        wf.critical_path.join(" -> ")
+                    );
+                    done(text, json_of(&wf))
+                }
+                Err(e) => client_error(e),
+            },
+        )
     }
 
     #[tool(

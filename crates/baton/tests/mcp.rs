@@ -154,6 +154,14 @@ fn an_mcp_client_submits_waits_reads_the_report_and_gets_clear_errors() {
         .collect();
     assert!(mine.contains(&job["id"].as_u64().unwrap()), "{mine:?}");
     assert_eq!(seen["gpus"]["json"]["gpus"].as_array().unwrap().len(), 2);
+    let wf = &seen["workflow"];
+    assert_eq!(wf["is_error"], false, "{wf}");
+    assert_eq!(wf["json"]["critical_path"], serde_json::json!(["a", "b"]));
+    assert_eq!(
+        seen["workflow_wait"]["json"]["done"], true,
+        "{}",
+        seen["workflow_wait"]
+    );
 
     assert_eq!(seen["cancel"]["is_error"], false, "{}", seen["cancel"]);
     assert_eq!(
@@ -176,6 +184,8 @@ fn an_mcp_client_submits_waits_reads_the_report_and_gets_clear_errors() {
         ("bad_duration", "time_limit"),
         ("no_such_job", "job 9999 does not exist"),
         ("bad_state", "unknown state \"sleeping\""),
+        ("bad_workflow", "line 3, column 3"),
+        ("workflow_both", "exactly one of `path` and `yaml`"),
     ];
     for (case, words) in expect {
         let r = &bad[case];

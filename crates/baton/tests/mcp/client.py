@@ -48,6 +48,9 @@ async def main(baton, workdir):
             seen["logs"] = await call("job_logs", {"id": job, "tail": 5})
             seen["list_mine"] = await call("list_jobs", {"mine": True})
             seen["gpus"] = await call("gpu_status", {})
+            seen["workflow"] = await call("submit_workflow", {"yaml": "name: mcp-flow\ntasks:\n  a: {command: \"echo a\"}\n  b: {command: \"echo b\", after: [a]}\n"})
+            wf_jobs = [t["job"]["id"] for t in seen["workflow"]["json"]["tasks"]]
+            seen["workflow_wait"] = await call("wait_for_jobs", {"ids": wf_jobs, "timeout_seconds": 30})
 
             sleeper = await call("submit_job", {"command": ["sleep", "300"], "gpus": 1})
             seen["cancel"] = await call("cancel_job", {"id": sleeper["json"]["id"]})
@@ -63,6 +66,8 @@ async def main(baton, workdir):
                 "bad_duration": await call("submit_job", {"command": ["true"], "time_limit": "soon"}),
                 "no_such_job": await call("job_report", {"id": 9999}),
                 "bad_state": await call("list_jobs", {"state": "sleeping"}),
+                "bad_workflow": await call("submit_workflow", {"yaml": "name: x\ntasks:\n  a: {command: \"true\", after: [a]}\n"}),
+                "workflow_both": await call("submit_workflow", {"yaml": "x", "path": "y"}),
             }
             seen["alive_after"] = await call("job_status", {"id": job})
     print(json.dumps(seen))
