@@ -90,6 +90,7 @@ fn world(
                 reserved: None,
                 prefer_node: None,
                 critical_path: 0,
+                owner_usage: 0,
             }
         })
         .collect();
@@ -138,9 +139,10 @@ fn bench(c: &mut Criterion) {
     let (gpus, pending, states) = workflow_world(1000);
     let admitted = plan(&gpus, &[], &pending, &states, 0);
     assert_eq!(admitted.admissions.len(), 1, "the workflow must fit");
-    c.bench_function("admission: a 1,000-task atomic workflow on 1,024 GPUs", |b| {
-        b.iter(|| plan(&gpus, &[], &pending, &states, 0))
-    });
+    c.bench_function(
+        "admission: a 1,000-task atomic workflow on 1,024 GPUs",
+        |b| b.iter(|| plan(&gpus, &[], &pending, &states, 0)),
+    );
     let (gpus, running, pending, states) = world(4, 4, 300);
     c.bench_function("pass: 300 queued on 4 GPUs", |b| {
         b.iter(|| plan(&gpus, &running, &pending, &states, 0))

@@ -5,6 +5,7 @@
 //! benchmarks all call the same functions, so what the tests prove is what the daemon does.
 
 pub mod admission;
+pub mod fair_share;
 pub mod model;
 pub mod placement;
 pub mod report;

@@ -156,6 +156,10 @@ pub struct PendingJob {
     /// with the longest path goes first (critical path first).
     #[serde(default)]
     pub critical_path: Millis,
+    /// Its owner's recent use of the GPUs (see `fair_share`): among jobs of equal priority, the
+    /// owner who used less goes first, so one user's long sweep cannot lock out another.
+    #[serde(default)]
+    pub owner_usage: u64,
 }
 
 impl PendingJob {
@@ -179,6 +183,7 @@ impl PendingJob {
             reserved: None,
             prefer_node: None,
             critical_path: 0,
+            owner_usage: 0,
         }
     }
 }

@@ -122,7 +122,11 @@ impl Occupancy {
                 .positions
                 .iter()
                 .filter(|&&p| !self.slots[p].exclusive)
-                .map(|&p| self.gpus[p].memory_total.saturating_sub(self.slots[p].mem_used))
+                .map(|&p| {
+                    self.gpus[p]
+                        .memory_total
+                        .saturating_sub(self.slots[p].mem_used)
+                })
                 .max()
                 .unwrap_or(0);
             self.nodes[at] = NodeFree {
@@ -317,12 +321,12 @@ impl Occupancy {
         if req.count == 0 {
             return true;
         }
-        self.shapes
-            .iter()
-            .any(|shape| match shape.totals_desc.get(req.count as usize - 1) {
+        self.shapes.iter().any(
+            |shape| match shape.totals_desc.get(req.count as usize - 1) {
                 None => false,
                 Some(&nth_largest) => req.mem_per_gpu.is_none_or(|mem| nth_largest >= mem),
-            })
+            },
+        )
     }
 
     /// What is free now, for "why is my job waiting" messages (formatted only when shown).

@@ -2,9 +2,9 @@
 //! queued jobs start now and on which GPUs, which fail because a dependency failed, and why each
 //! of the others waits.
 //!
-//! Order is priority (higher first), then submission time, then (for a workflow's tasks, which
-//! share their workflow's submission time) the longest predicted path to the workflow's end
-//! first. The first job in that order that
+//! Order is priority (higher first), then the owner's recent GPU use (less first: fair share),
+//! then submission time, then (for a workflow's tasks, which share their workflow's submission
+//! time) the longest predicted path to the workflow's end first. The first job in that order that
 //! cannot start gets a reservation at the earliest time the running jobs' limits guarantee it can
 //! (EASY backfill); a later job may jump ahead only if, by its own time limit, it cannot delay that
 //! reservation. Jobs without a time limit are assumed to run forever.
@@ -177,6 +177,7 @@ pub fn plan_with(
         use std::cmp::Reverse;
         (
             Reverse(j.priority),
+            j.owner_usage,
             j.submitted_at,
             Reverse(j.critical_path),
             j.id,
@@ -560,6 +561,7 @@ mod tests {
             reserved: None,
             prefer_node: None,
             critical_path: 0,
+            owner_usage: 0,
         }
     }
 
@@ -879,5 +881,19 @@ mod tests {
         long.critical_path = 50 * MIN;
         let p = plan(&gpus(1), &[], &[short, long], &queued(&[1, 2]), 0);
         assert_eq!(started(&p), [2]);
+    }
+
+    #[test]
+    fn the_owner_who_used_less_goes_first_at_equal_priority() {
+        // A heavy user's sweep job queued first, a colleague's job queued later: one GPU.
+        let mut sweep = job(1, 1);
+        sweep.owner_usage = 50_000;
+        let colleague = job(2, 1);
+        let p = plan(&gpus(1), &[], &[sweep.clone(), colleague], &queued(&[1, 2]), 0);
+        assert_eq!(started(&p), [2]);
+        // Priority still comes first.
+        sweep.priority = 1;
+        let p = plan(&gpus(1), &[], &[sweep, job(2, 1)], &queued(&[1, 2]), 0);
+        assert_eq!(started(&p), [1]);
     }
 }

@@ -115,6 +115,7 @@ fn world() -> impl Strategy<Value = World> {
                 reserved: None,
                 prefer_node: None,
                 critical_path: 0,
+                owner_usage: 0,
             });
         }
         World {

@@ -81,7 +81,12 @@ struct Inner {
     delivering: HashSet<JobId>,
     /// Workflows that have not ended, mirrored from the store.
     workflows: HashMap<u64, WorkflowRecord>,
+    /// GPU use of jobs that ended in the last `USAGE_WINDOW_MS`, for fair share.
+    recent_uses: Vec<baton_core::fair_share::Use>,
 }
+
+/// How far back ended jobs count for fair share (seven half-lives: what is older weighs < 1%).
+const USAGE_WINDOW_MS: Millis = 7 * baton_core::fair_share::HALF_LIFE_MS;
 
 /// How long a reservation holds without renewal: after a crash, GPUs reserved for an atomic
 /// workflow none of whose tasks started are given back once this has passed.
@@ -102,6 +107,11 @@ impl Daemon {
         exe: PathBuf,
     ) -> Result<Arc<Daemon>, StoreError> {
         let active = store.active()?.into_iter().map(|j| (j.id, j)).collect();
+        let recent_uses = store
+            .ended_since(now_ms() - USAGE_WINDOW_MS)?
+            .iter()
+            .filter_map(use_of)
+            .collect();
         let workflows = store
             .active_workflows()?
             .into_iter()
@@ -127,6 +137,7 @@ impl Daemon {
                 reports_pending: HashSet::new(),
                 delivering: HashSet::new(),
                 workflows,
+                recent_uses,
             }),
             wake: Notify::new(),
             changed: watch::Sender::new(0),
@@ -491,7 +502,18 @@ impl Daemon {
             // lets a restarted daemon record the end properly.
             tracing::error!(job = id.0, "cannot record the end of the job: {e}");
         }
-        let workflow = inner.active.remove(&id).and_then(|j| j.workflow_id);
+        let ended = inner.active.remove(&id);
+        if let Some(mut job) = ended.clone() {
+            job.ended_at = Some(ending.at);
+            if let Some(u) = use_of(&job) {
+                let horizon = ending.at - USAGE_WINDOW_MS;
+                inner
+                    .recent_uses
+                    .retain(|u| u.end.is_none_or(|e| e >= horizon));
+                inner.recent_uses.push(u);
+            }
+        }
+        let workflow = ended.and_then(|j| j.workflow_id);
         inner.supervisors.remove(&id);
         inner.reports_pending.insert(id);
         let _ = self.ended.send(id);
@@ -690,22 +712,26 @@ fn scheduling_input(inner: &Inner) -> Result<SchedulingInput, StoreError> {
                         None => missing.push(dep.job),
                     }
                 }
-                pending.push(PendingJob {
-                    id: job.id,
-                    priority: job.priority,
-                    submitted_at: job.submitted_at,
-                    request: job.request,
-                    time_limit: job.time_limit,
-                    deps: job.deps.clone(),
-                    gang: job.workflow_id.filter(|w| {
-                        inner
-                            .workflows
-                            .get(w)
-                            .is_some_and(|wf| wf.atomic && wf.admitted_at.is_none())
-                    }),
-                    reserved: job.reserved.clone(),
-                    prefer_node: None,
-                    critical_path: job.critical_path,
+                pending.push(Queued {
+                    owner: job.owner_uid,
+                    job: PendingJob {
+                        id: job.id,
+                        priority: job.priority,
+                        submitted_at: job.submitted_at,
+                        request: job.request,
+                        time_limit: job.time_limit,
+                        deps: job.deps.clone(),
+                        gang: job.workflow_id.filter(|w| {
+                            inner
+                                .workflows
+                                .get(w)
+                                .is_some_and(|wf| wf.atomic && wf.admitted_at.is_none())
+                        }),
+                        reserved: job.reserved.clone(),
+                        prefer_node: None,
+                        critical_path: job.critical_path,
+                        owner_usage: 0,
+                    },
                 });
             }
             _ => {}
@@ -713,7 +739,42 @@ fn scheduling_input(inner: &Inner) -> Result<SchedulingInput, StoreError> {
     }
     // Dependencies that already ended are no longer active: ask the store.
     states.extend(inner.store.states(&missing)?);
+    // Fair share matters only when several users wait: then each job carries its owner's use.
+    let first = pending.first().map(|p| p.owner);
+    if pending.iter().any(|p| Some(p.owner) != first) {
+        let mut uses = inner.recent_uses.clone();
+        uses.extend(inner.active.values().filter_map(use_of));
+        let usage =
+            baton_core::fair_share::usage(&uses, now_ms(), baton_core::fair_share::HALF_LIFE_MS);
+        for p in &mut pending {
+            p.job.owner_usage = usage.get(&p.owner).copied().unwrap_or(0);
+        }
+    }
+    let pending = pending.into_iter().map(|p| p.job).collect();
     Ok((running, pending, states))
+}
+
+/// A queued job and its owner, while the scheduling input is put together.
+struct Queued {
+    job: PendingJob,
+    owner: u32,
+}
+
+/// A job's use of the GPUs for fair share: GPUs held (a share of one for a memory-sized job)
+/// from its start to its end (or now).
+fn use_of(job: &JobRecord) -> Option<baton_core::fair_share::Use> {
+    let start = job.started_at?;
+    let gpus = match job.request.mem_per_gpu {
+        None => job.request.count as f64,
+        // A memory-sized job counts the part of an 80 GiB GPU it asked for.
+        Some(mem) => job.request.count as f64 * (mem as f64 / (80u64 << 30) as f64).min(1.0),
+    };
+    Some(baton_core::fair_share::Use {
+        owner: job.owner_uid,
+        gpus,
+        start,
+        end: job.ended_at.filter(|_| job.state.is_terminal()),
+    })
 }
 
 /// The state and reason for an attempt that ended with `exit` (None: the supervisor vanished).
