@@ -473,6 +473,93 @@ pub fn earliest_start(
     reserve(JobId(0), &[*request], gpus, holders).at
 }
 
+/// When each queued job can be expected to start, at the latest, if every job runs until its
+/// time limit: the queue is played forward in order (priority, fair share, submission), each
+/// job starting at the earliest moment it fits beside everything started or predicted before it
+/// and after its dependencies' predicted ends. `None` where a job (or what it waits for) has no
+/// time limit in the way, so no bound exists. Backfill can only make starts earlier. Only the
+/// first `limit` jobs in order are predicted (the cost grows with the square of the queue).
+pub fn predicted_starts(
+    gpus: &[Gpu],
+    running: &[RunningJob],
+    pending: &[PendingJob],
+    now: Millis,
+    limit: usize,
+) -> HashMap<JobId, Option<Millis>> {
+    let mut holders: Vec<RunningJob> = running.to_vec();
+    for job in pending {
+        if let Some(g) = &job.reserved {
+            holders.push(RunningJob {
+                id: job.id,
+                gpus: g.clone(),
+                request: job.request,
+                ends_by: None,
+            });
+        }
+    }
+    let mut ends: HashMap<JobId, Option<Millis>> =
+        running.iter().map(|r| (r.id, r.ends_by)).collect();
+    let mut order: Vec<&PendingJob> = pending.iter().collect();
+    order.sort_by_key(|j| {
+        use std::cmp::Reverse;
+        (
+            Reverse(j.priority),
+            j.owner_usage,
+            j.submitted_at,
+            Reverse(j.critical_path),
+            j.id,
+        )
+    });
+    let mut out = HashMap::new();
+    for job in order.into_iter().take(limit) {
+        // Not before its dependencies end (a dependency that is neither running nor queued has
+        // ended already).
+        let mut after = Some(now);
+        for dep in &job.deps {
+            if let Some(end) = ends.get(&dep.job) {
+                after = match (after, end) {
+                    (Some(a), Some(e)) => Some(a.max(*e)),
+                    _ => None,
+                };
+            }
+        }
+        let start = after.and_then(|after| {
+            // The moment it fits, among the moments holders end (or `after` itself).
+            let mut moments: Vec<Millis> = holders
+                .iter()
+                .filter_map(|h| h.ends_by)
+                .filter(|&e| e > after)
+                .collect();
+            moments.push(after);
+            moments.sort_unstable();
+            moments.dedup();
+            moments.into_iter().find_map(|at| {
+                let held = occupancy_of(
+                    gpus,
+                    holders.iter().filter(|h| outlasts(h.ends_by, Some(at))),
+                );
+                held.choose(&job.request).map(|g| (at, g))
+            })
+        });
+        let (start, end) = match start {
+            Some((at, chosen)) => {
+                let end = job.time_limit.map(|l| at + l);
+                holders.push(RunningJob {
+                    id: job.id,
+                    gpus: chosen,
+                    request: job.request,
+                    ends_by: end,
+                });
+                (Some(at), end)
+            }
+            None => (None, None),
+        };
+        ends.insert(job.id, end);
+        out.insert(job.id, start);
+    }
+    out
+}
+
 /// Finds the earliest moment at which all `requests` are guaranteed to fit together, assuming
 /// every holder runs until its limit, and what remains held then.
 fn reserve(
@@ -889,11 +976,51 @@ mod tests {
         let mut sweep = job(1, 1);
         sweep.owner_usage = 50_000;
         let colleague = job(2, 1);
-        let p = plan(&gpus(1), &[], &[sweep.clone(), colleague], &queued(&[1, 2]), 0);
+        let p = plan(
+            &gpus(1),
+            &[],
+            &[sweep.clone(), colleague],
+            &queued(&[1, 2]),
+            0,
+        );
         assert_eq!(started(&p), [2]);
         // Priority still comes first.
         sweep.priority = 1;
         let p = plan(&gpus(1), &[], &[sweep, job(2, 1)], &queued(&[1, 2]), 0);
         assert_eq!(started(&p), [1]);
+    }
+
+    #[test]
+    fn predicted_starts_play_the_queue_forward_by_time_limits() {
+        let busy = [running(9, &[0], Some(10 * MIN))];
+        let mut first = job(1, 1);
+        first.time_limit = Some(5 * MIN);
+        let mut second = job(2, 1);
+        second.time_limit = Some(MIN);
+        let mut after_first = job(3, 1);
+        after_first.deps = vec![Dependency {
+            job: JobId(1),
+            kind: DepKind::Success,
+        }];
+        let unbounded = job(4, 1); // no limit: holds its GPU forever
+        let mut last = job(5, 1);
+        last.time_limit = Some(MIN);
+        let p = predicted_starts(
+            &gpus(2),
+            &busy,
+            &[first, second, after_first, unbounded, last],
+            0,
+        );
+        assert_eq!(p[&JobId(1)], Some(0), "fits now on GPU 1");
+        assert_eq!(p[&JobId(2)], Some(5 * MIN), "after job 1 frees GPU 1");
+        assert_eq!(
+            p[&JobId(3)],
+            Some(6 * MIN),
+            "after its dependency, when a GPU is free"
+        );
+        // Job 4 takes the GPU job 9 frees at 10 min and never lets go; job 5 can only say when
+        // job 3 ends (at 6 min plus no limit: never).
+        assert_eq!(p[&JobId(4)], Some(10 * MIN));
+        assert_eq!(p[&JobId(5)], None);
     }
 }

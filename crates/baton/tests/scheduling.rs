@@ -285,3 +285,38 @@ fn short_jobs_backfill_but_unlimited_ones_do_not() {
     b.wait_ok(&[holder, head, unlimited]);
     assert_eq!(b.read("order"), "short\nhead\nunlimited\n");
 }
+
+#[test]
+fn status_predicts_when_queued_jobs_start_from_time_limits() {
+    let b = Baton::start(1);
+    let a = b.submit(&["--gpus", "1", "--time-limit", "10m", "--", "sleep", "300"]);
+    let started = common::millis(&b.wait_running(a)["started_at"]);
+    let second = b.submit(&["--gpus", "1", "--time-limit", "5m", "--", "true"]);
+    let unbounded = b.submit(&["--gpus", "1", "--", "true"]);
+    let last = b.submit(&["--gpus", "1", "--time-limit", "1m", "--", "true"]);
+    let jobs = b.run(&["status", "--json"]).expect(0).json();
+    let predicted = |id: u64| {
+        jobs.as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"] == id)
+            .map(|j| j["predicted_start"].clone())
+            .unwrap()
+    };
+    let at = |v: serde_json::Value| common::millis(&v);
+    // Within a second of "job a's start plus its limit", and so on down the queue.
+    assert!(
+        (at(predicted(second)) - (started + 600_000)).abs() < 1_000,
+        "{jobs:#}"
+    );
+    assert!(
+        (at(predicted(unbounded)) - (started + 900_000)).abs() < 1_000,
+        "{jobs:#}"
+    );
+    assert!(
+        predicted(last).is_null(),
+        "no bound behind a job without a limit: {jobs:#}"
+    );
+    let table = b.run(&["status"]).expect(0).stdout;
+    assert!(table.contains("starts within 14m"), "{table}");
+}

@@ -154,8 +154,9 @@ pub struct JobView {
     /// For a queued job just submitted: how many queued jobs are ahead of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_position: Option<usize>,
-    /// For a queued job just submitted: the earliest start the running jobs' time limits allow
-    /// (RFC 3339); absent when it cannot be predicted (a running job has no time limit).
+    /// For a queued job (in `status` listings, and when just submitted): the latest it should
+    /// start if every job ahead runs to its time limit (RFC 3339); absent when no bound exists
+    /// (a job in the way has no time limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_start: Option<String>,
 }

@@ -71,11 +71,32 @@ pub fn job_table(jobs: &[JobView]) -> String {
                 j.priority.to_string(),
                 j.owner.clone(),
                 elapsed(j),
-                j.reason.clone().unwrap_or_default(),
+                reason_column(j),
             ]
         })
         .collect();
     table(&header, &rows)
+}
+
+/// The reason, and for a queued job the latest predicted start when there is one.
+fn reason_column(job: &JobView) -> String {
+    let mut reason = job.reason.clone().unwrap_or_default();
+    if job.state == "queued"
+        && !reason.contains("reserved to start")
+        && let Some(at) = parse_time(&job.predicted_start)
+    {
+        let wait = at
+            .duration_since(SystemTime::now())
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        if wait > 1000 {
+            if !reason.is_empty() {
+                reason.push_str("; ");
+            }
+            reason.push_str(&format!("starts within {}", format_duration(wait)));
+        }
+    }
+    reason
 }
 
 /// A workflow's tasks: one row each, in dependency order.

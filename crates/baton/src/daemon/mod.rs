@@ -628,6 +628,21 @@ impl Daemon {
         }
     }
 
+    /// When each queued job should start at the latest, by the running jobs' time limits (for
+    /// `baton status`; the first 500 queued jobs).
+    pub(crate) fn predicted_starts(&self, inner: &Inner) -> HashMap<JobId, Option<Millis>> {
+        match scheduling_input(inner) {
+            Ok((running, pending, _)) => baton_core::scheduler::predicted_starts(
+                &self.gpus,
+                &running,
+                &pending,
+                now_ms(),
+                500,
+            ),
+            Err(_) => HashMap::new(),
+        }
+    }
+
     /// Copies of the running jobs.
     fn running(&self) -> Vec<JobRecord> {
         self.lock()

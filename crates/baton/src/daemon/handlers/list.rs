@@ -56,7 +56,18 @@ pub async fn handle(
         }
     }
     jobs.sort_by_key(|j| j.id);
-    Ok(Json(jobs.iter().map(job_view).collect()))
+    let predicted = daemon.predicted_starts(&inner);
+    Ok(Json(
+        jobs.iter()
+            .map(|j| {
+                let mut view = job_view(j);
+                if let Some(Some(at)) = predicted.get(&j.id) {
+                    view.predicted_start = Some(crate::daemon::views::rfc3339(*at));
+                }
+                view
+            })
+            .collect(),
+    ))
 }
 
 pub fn parse_ids(text: &str) -> Result<Vec<JobId>, ApiError> {
