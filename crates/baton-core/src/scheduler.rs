@@ -1010,6 +1010,7 @@ mod tests {
             &busy,
             &[first, second, after_first, unbounded, last],
             0,
+            100,
         );
         assert_eq!(p[&JobId(1)], Some(0), "fits now on GPU 1");
         assert_eq!(p[&JobId(2)], Some(5 * MIN), "after job 1 frees GPU 1");

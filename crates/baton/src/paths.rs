@@ -39,3 +39,10 @@ fn non_empty_env(name: &str) -> Option<String> {
 pub fn job_dir(home: &Path, id: u64) -> PathBuf {
     home.join("jobs").join(id.to_string())
 }
+
+/// Where a workflow's summary report is stored.
+pub fn workflow_report(home: &Path, id: u64) -> PathBuf {
+    home.join("workflows")
+        .join(id.to_string())
+        .join("report.md")
+}

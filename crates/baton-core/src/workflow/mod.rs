@@ -15,6 +15,7 @@ mod error;
 mod locate;
 mod predict;
 mod raw;
+mod summary;
 
 #[cfg(test)]
 mod tests;
@@ -29,6 +30,7 @@ use crate::units::{parse_duration, parse_size};
 pub use dag::{CriticalPath, Cycle, Dag, TaskNode};
 pub use error::{Location, WorkflowError};
 pub use predict::{HISTORY_WINDOW, MIN_PREDICTION_MS, PERCENTILE, SAFETY_TENTHS, predict_ms};
+pub use summary::{TaskLine, summary};
 
 use raw::{RawCommand, RawTask, RawWorkflow};
 

@@ -518,7 +518,7 @@ impl Daemon {
         inner.reports_pending.insert(id);
         let _ = self.ended.send(id);
         if let Some(w) = workflow {
-            self.workflow_task_ended(inner, w, ending.at);
+            self.workflow_task_ended(inner, w, id, ending.at);
         }
         tracing::info!(job = id.0, state = %ending.state, reason = ending.reason.as_deref().unwrap_or(""), "job ended");
         self.notify_changed();
@@ -527,7 +527,7 @@ impl Daemon {
 
     /// Ends a workflow once its last task has ended: succeeded if every task did, cancelled if
     /// any was cancelled and none failed, else failed.
-    fn workflow_task_ended(&self, inner: &mut Inner, workflow: u64, at: Millis) {
+    fn workflow_task_ended(&self, inner: &mut Inner, workflow: u64, last: JobId, at: Millis) {
         if inner
             .active
             .values()
@@ -554,8 +554,50 @@ impl Daemon {
         if let Err(e) = inner.store.set_workflow_state(workflow, state, Some(at)) {
             tracing::error!(workflow, "cannot record the end of the workflow: {e}");
         }
-        inner.workflows.remove(&workflow);
+        let wf = inner.workflows.remove(&workflow);
         tracing::info!(workflow, state, "workflow ended");
+        // The summary, stored, then sent through the tasks' channels with the last task's report.
+        let Some(wf) = wf else {
+            return;
+        };
+        let view = handlers::workflow_view(&wf, &jobs);
+        let lines: Vec<baton_core::workflow::TaskLine> = jobs
+            .iter()
+            .map(|j| baton_core::workflow::TaskLine {
+                task: j.task.clone().unwrap_or_else(|| j.name.clone()),
+                job: j.id.0,
+                state: j.state,
+                started_at: j.started_at,
+                ended_at: j.ended_at,
+                reason: j.reason.clone(),
+            })
+            .collect();
+        let summary = baton_core::workflow::summary(
+            workflow,
+            &wf.name,
+            state,
+            wf.submitted_at,
+            at,
+            &view.critical_path,
+            &lines,
+        );
+        let path = crate::paths::workflow_report(&self.config.home, workflow);
+        let stored = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&path, &summary));
+        if let Err(e) = stored {
+            tracing::error!(workflow, "cannot store the workflow's summary: {e}");
+            return;
+        }
+        let channels = jobs.first().map(|j| j.notify.clone()).unwrap_or_default();
+        if let Err(e) = inner
+            .store
+            .add_workflow_deliveries(last, workflow, &channels, at)
+        {
+            tracing::error!(workflow, "cannot queue the workflow's summary: {e}");
+        }
+        self.outbox_wake.notify_one();
     }
 
     /// Renews the leases of reservations still waiting to be used, so they outlive nothing but

@@ -187,7 +187,17 @@ impl Daemon {
                 let sends = deliveries.iter().map(|d| {
                     let (me, job, msg) = (&self, &job, &msg);
                     async move {
-                        let outcome = me.deliver_as_owner(job, &d.channel, msg).await;
+                        // A workflow's summary rides on its last task's deliveries.
+                        let summary = d.workflow.map(|w| me.workflow_message(w, job));
+                        let outcome = match summary {
+                            Some(Some(summary)) => {
+                                me.deliver_as_owner(job, &d.channel, &summary).await
+                            }
+                            Some(None) => {
+                                Outcome::Failed("the workflow's summary is missing".into())
+                            }
+                            None => me.deliver_as_owner(job, &d.channel, msg).await,
+                        };
                         me.record(job, d, outcome);
                     }
                 });
@@ -204,6 +214,23 @@ impl Daemon {
         }
         self.lock().delivering.remove(&id);
         self.outbox_wake.notify_one();
+    }
+
+    /// The message for a workflow's summary, read from where the daemon stored it.
+    fn workflow_message(&self, workflow: u64, anchor: &JobRecord) -> Option<Message> {
+        let path = crate::paths::workflow_report(&self.config.home, workflow);
+        let summary = std::fs::read_to_string(&path).ok()?;
+        let wf = self.lock().store.workflow(workflow).ok().flatten()?;
+        Some(Message::workflow(
+            workflow,
+            &wf.name,
+            &wf.state,
+            anchor.id.0,
+            &summary,
+            &path.display().to_string(),
+            &anchor.cwd,
+            anchor.env.clone(),
+        ))
     }
 
     /// Records how one delivery went; a session that is gone sends the report to the inbox.
@@ -242,7 +269,7 @@ impl Daemon {
             let inbox = Channel::File {
                 path: self.inbox_for(job.owner_uid, &job.env),
             };
-            if let Err(e) = inner.store.add_delivery(job.id, &inbox, now) {
+            if let Err(e) = inner.store.add_delivery(job.id, d.workflow, &inbox, now) {
                 tracing::error!(job = job.id.0, "cannot add the inbox fallback: {e}");
             }
         }

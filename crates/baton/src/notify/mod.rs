@@ -41,6 +41,8 @@ pub struct Message {
     pub env: BTreeMap<String, String>,
     /// The job's working directory, where `cmd:` runs.
     pub cwd: String,
+    /// The last line of `text`: how tmux delivery recognises its text still sitting unsent.
+    pub end: String,
 }
 
 impl Message {
@@ -84,6 +86,50 @@ impl Message {
             report_path: report_path.to_string(),
             cwd: report.cwd.clone(),
             env,
+            end: end_marker(report.id),
+        }
+    }
+
+    /// The summary of a workflow that has ended, sent through its tasks' channels. `anchor` is
+    /// the job whose end ended the workflow (the outbox keeps deliveries by job).
+    #[allow(clippy::too_many_arguments)]
+    pub fn workflow(
+        workflow: u64,
+        name: &str,
+        state: &str,
+        anchor: u64,
+        summary: &str,
+        path: &str,
+        cwd: &str,
+        env: BTreeMap<String, String>,
+    ) -> Message {
+        let end = format!("[end of baton report for workflow {workflow}]");
+        let text = format!(
+            "[baton] workflow {workflow} ({name}) ended: {state}. This is baton's automatic \
+             end-of-workflow summary, not a request; it follows below and is stored at {path}.\n\n\
+             {}\n{end}",
+            summary.trim_end()
+        );
+        let json = serde_json::json!({
+            "event": "workflow.ended",
+            "workflow_id": workflow,
+            "name": name,
+            "state": state,
+            "report_path": path,
+            "markdown": summary,
+        })
+        .to_string();
+        Message {
+            job: anchor,
+            state: state.to_string(),
+            exit_code: None,
+            text,
+            markdown: summary.to_string(),
+            json,
+            report_path: path.to_string(),
+            env,
+            cwd: cwd.to_string(),
+            end,
         }
     }
 }

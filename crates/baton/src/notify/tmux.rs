@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
-use super::{Message, Outcome, end_marker, tail_of};
+#[cfg(test)]
+use super::end_marker;
+use super::{Message, Outcome, tail_of};
 
 /// Between the paste and Enter: Claude Code and Codex take a faster Enter as part of the paste.
 const ENTER_DELAY: Duration = Duration::from_millis(500);
@@ -133,7 +135,7 @@ pub async fn deliver(pane: &str, server: Option<&str>, msg: &Message) -> Outcome
     {
         return Outcome::Failed(e);
     }
-    let marker = end_marker(msg.job);
+    let marker = msg.end.clone();
     for _ in 0..=ENTER_RETRIES {
         tokio::time::sleep(ENTER_DELAY).await;
         if let Err(e) = tmux.run(&["send-keys", "-t", pane, "Enter"]).await {

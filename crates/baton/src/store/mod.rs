@@ -137,6 +137,8 @@ pub struct Ending {
 pub struct Delivery {
     pub id: i64,
     pub job: JobId,
+    /// Set for a workflow's summary (sent when `job`, its last task, ended).
+    pub workflow: Option<u64>,
     pub channel: Channel,
     pub state: DeliveryState,
     pub attempts: u32,
@@ -446,7 +448,7 @@ impl Store {
         args: impl rusqlite::Params,
     ) -> Result<Vec<Delivery>, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT id, job_id, channel, state, attempts, next_at, error, delivered_at \
+            "SELECT id, job_id, channel, state, attempts, next_at, error, delivered_at, workflow_id \
              FROM deliveries {clause}"
         ))?;
         let rows = stmt.query_map(args, |r| {
@@ -459,6 +461,7 @@ impl Store {
                 Delivery {
                     id: r.get(0)?,
                     job: JobId(job),
+                    workflow: r.get::<_, Option<i64>>(8)?.map(|w| w as u64),
                     channel: Channel::File {
                         path: String::new(),
                     },
@@ -501,21 +504,58 @@ impl Store {
         Ok(())
     }
 
+    /// Queues a workflow's summary through each channel, anchored on the task whose end ended it.
+    pub fn add_workflow_deliveries(
+        &mut self,
+        anchor: JobId,
+        workflow: u64,
+        channels: &[Channel],
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        for channel in channels {
+            tx.prepare_cached(
+                "INSERT INTO deliveries (job_id, channel, state, next_at, workflow_id) \
+                 VALUES (?1, ?2, 'pending', ?3, ?4)",
+            )?
+            .execute(params![
+                anchor.0 as i64,
+                json(channel),
+                now,
+                workflow as i64
+            ])?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Adds a delivery for a job that has ended (the inbox fallback when its agent session is
     /// gone), unless the job already has one through that channel.
     pub fn add_delivery(
         &mut self,
         job: JobId,
+        workflow: Option<u64>,
         channel: &Channel,
         now: Millis,
     ) -> Result<bool, StoreError> {
         let existing = self.deliveries(job)?;
-        if existing.iter().any(|d| &d.channel == channel) {
+        if existing
+            .iter()
+            .any(|d| &d.channel == channel && d.workflow == workflow)
+        {
             return Ok(false);
         }
-        let tx = self.conn.transaction()?;
-        insert_delivery(&tx, job, channel, now)?;
-        tx.commit()?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO deliveries (job_id, channel, state, next_at, workflow_id) \
+                 VALUES (?1, ?2, 'pending', ?3, ?4)",
+            )?
+            .execute(params![
+                job.0 as i64,
+                json(channel),
+                now,
+                workflow.map(|w| w as i64)
+            ])?;
         Ok(true)
     }
 

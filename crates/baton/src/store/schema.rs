@@ -82,6 +82,9 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs ADD COLUMN lease_until INTEGER;
     ALTER TABLE jobs ADD COLUMN critical_path_ms INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX jobs_workflow ON jobs (workflow_id);",
+    // 4: a workflow's summary goes out through the outbox too: such a delivery names the
+    // workflow (its job_id is the task whose end ended the workflow).
+    "ALTER TABLE deliveries ADD COLUMN workflow_id INTEGER;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

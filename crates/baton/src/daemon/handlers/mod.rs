@@ -12,6 +12,8 @@ mod submit;
 mod wait;
 mod workflow;
 
+pub(crate) use workflow::view as workflow_view;
+
 use std::sync::Arc;
 
 use axum::Router;
