@@ -173,16 +173,7 @@ pub fn plan_with(
     }
 
     let mut order: Vec<&PendingJob> = pending.iter().collect();
-    order.sort_by_key(|j| {
-        use std::cmp::Reverse;
-        (
-            Reverse(j.priority),
-            j.owner_usage,
-            j.submitted_at,
-            Reverse(j.critical_path),
-            j.id,
-        )
-    });
+    order.sort_by_key(|j| queue_key(j));
 
     let mut out = Plan::default();
     let mut reservation: Option<Reservation> = None;
@@ -422,6 +413,19 @@ fn admit_gang(
     out.admissions.push(admission);
 }
 
+/// The queue's order: priority (higher first), the owner's recent use (less first), submission,
+/// the longest critical path first, then id.
+fn queue_key(j: &PendingJob) -> impl Ord {
+    use std::cmp::Reverse;
+    (
+        Reverse(j.priority),
+        j.owner_usage,
+        j.submitted_at,
+        Reverse(j.critical_path),
+        j.id,
+    )
+}
+
 enum Deps {
     Ready,
     Waiting(JobId),
@@ -500,16 +504,7 @@ pub fn predicted_starts(
     let mut ends: HashMap<JobId, Option<Millis>> =
         running.iter().map(|r| (r.id, r.ends_by)).collect();
     let mut order: Vec<&PendingJob> = pending.iter().collect();
-    order.sort_by_key(|j| {
-        use std::cmp::Reverse;
-        (
-            Reverse(j.priority),
-            j.owner_usage,
-            j.submitted_at,
-            Reverse(j.critical_path),
-            j.id,
-        )
-    });
+    order.sort_by_key(|j| queue_key(j));
     let mut out = HashMap::new();
     for job in order.into_iter().take(limit) {
         // Not before its dependencies end (a dependency that is neither running nor queued has

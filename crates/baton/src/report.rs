@@ -220,7 +220,6 @@ fn written_files_as(
     home: &Path,
     budget: Duration,
 ) -> Vec<FileChange> {
-    use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("written-files")
         .arg(cwd)
@@ -231,19 +230,7 @@ fn written_files_as(
         .current_dir("/")
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let (uid, gid, groups) = (run_as.uid, run_as.gid, run_as.groups.clone());
-    // SAFETY: only async-signal-safe calls between fork and exec; `groups` is allocated before.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setgroups(groups.len(), groups.as_ptr()) != 0
-                || libc::setgid(gid) != 0
-                || libc::setuid(uid) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::executor::run_as_user(&mut cmd, run_as);
     cmd.output()
         .ok()
         .filter(|o| o.status.success())

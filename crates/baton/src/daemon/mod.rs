@@ -672,7 +672,7 @@ impl Daemon {
 
     /// When each queued job should start at the latest, by the running jobs' time limits (for
     /// `baton status`; the first 500 queued jobs).
-    pub(crate) fn predicted_starts(&self, inner: &Inner) -> HashMap<JobId, Option<Millis>> {
+    fn predicted_starts(&self, inner: &Inner) -> HashMap<JobId, Option<Millis>> {
         match scheduling_input(inner) {
             Ok((running, pending, _)) => baton_core::scheduler::predicted_starts(
                 &self.gpus,
@@ -729,6 +729,22 @@ impl Daemon {
             }
         }
         self.wake();
+    }
+
+    /// A job the caller may read (its owner, or root), or the error that says why not.
+    /// `what` names what is read, for the refusal ("output", "reports").
+    fn readable_job(&self, peer: &Peer, id: JobId, what: &str) -> Result<JobRecord, ApiError> {
+        let Some(job) = self.job(id)? else {
+            self.views(&[id])?; // says which ids exist
+            return Err(ApiError::NotFound(format!("job {id} does not exist")));
+        };
+        if !peer.may_act_on(&job) {
+            return Err(ApiError::Forbidden(format!(
+                "job {id} belongs to {}; you can read only your own jobs' {what}",
+                job.owner
+            )));
+        }
+        Ok(job)
     }
 
     /// Looks a job up: the live copy if it is active, else the stored one.

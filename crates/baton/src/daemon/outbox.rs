@@ -6,7 +6,6 @@
 //! sleeps until a job ends or a retry falls due: there is no polling.
 
 use std::collections::BTreeMap;
-use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -286,7 +285,6 @@ impl Daemon {
         let Some(account) = users::by_uid(job.owner_uid) else {
             return Outcome::Gone(format!("user {} no longer exists", job.owner_uid));
         };
-        let groups = users::groups_of(&account);
         let request = DeliverRequest {
             channel: channel.clone(),
             message: msg.clone(),
@@ -300,19 +298,12 @@ impl Daemon {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        let (uid, gid) = (account.uid, account.gid);
-        // SAFETY: only async-signal-safe calls between fork and exec; `groups` is allocated before.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
-                    || libc::setgid(gid) != 0
-                    || libc::setuid(uid) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        let run_as = crate::executor::RunAs {
+            uid: account.uid,
+            gid: account.gid,
+            groups: users::groups_of(&account),
+        };
+        crate::executor::run_as_user(&mut cmd, &run_as);
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
         let mut child = match cmd.spawn() {

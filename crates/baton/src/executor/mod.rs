@@ -106,6 +106,25 @@ pub enum SupervisorEvent {
     Exited(ExitRecord),
 }
 
+/// Makes `cmd` run as `run_as`: groups, then gid, then uid (after setuid there is no permission
+/// left to change groups). For the root daemon's helpers that act for a user.
+pub fn run_as_user(cmd: &mut std::process::Command, run_as: &RunAs) {
+    use std::os::unix::process::CommandExt;
+    let (uid, gid, groups) = (run_as.uid, run_as.gid, run_as.groups.clone());
+    // SAFETY: only async-signal-safe calls between fork and exec; `groups` is allocated before.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// What the record says about one attempt's supervisor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SupervisorRecord {

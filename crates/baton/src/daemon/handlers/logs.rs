@@ -28,16 +28,7 @@ pub async fn handle(
     Query(query): Query<LogsQuery>,
 ) -> Result<Response, ApiError> {
     let id = JobId(id);
-    let Some(job) = daemon.job(id)? else {
-        daemon.views(&[id])?; // says which ids exist
-        return Err(ApiError::NotFound(format!("job {id} does not exist")));
-    };
-    if !peer.may_act_on(&job) {
-        return Err(ApiError::Forbidden(format!(
-            "job {id} belongs to {}; you can read only your own jobs' output",
-            job.owner
-        )));
-    }
+    daemon.readable_job(&peer, id, "output")?;
     let files = daemon.files(id);
     let path = if query.stderr {
         files.stderr()

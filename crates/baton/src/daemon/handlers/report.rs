@@ -17,16 +17,7 @@ pub async fn handle(
     Path(id): Path<u64>,
 ) -> Result<Json<ReportResponse>, ApiError> {
     let id = JobId(id);
-    let Some(job) = daemon.job(id)? else {
-        daemon.views(&[id])?; // says which ids exist
-        return Err(ApiError::NotFound(format!("job {id} does not exist")));
-    };
-    if !peer.may_act_on(&job) {
-        return Err(ApiError::Forbidden(format!(
-            "job {id} belongs to {}; you can read only your own jobs' reports",
-            job.owner
-        )));
-    }
+    let job = daemon.readable_job(&peer, id, "reports")?;
     if !job.state.is_terminal() {
         return Err(ApiError::Conflict(format!(
             "job {id} is {}; its report is written when it ends (`baton wait {id}` blocks until then)",
