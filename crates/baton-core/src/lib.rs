@@ -10,6 +10,7 @@ pub mod model;
 pub mod placement;
 pub mod report;
 pub mod scheduler;
+pub mod sim;
 pub mod units;
 pub mod workflow;
 

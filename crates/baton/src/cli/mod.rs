@@ -11,6 +11,7 @@ mod logs;
 pub mod output;
 mod report;
 mod serve;
+mod sim;
 mod status;
 mod submit;
 pub(crate) mod wait;
@@ -57,6 +58,9 @@ pub enum Command {
     Demo(demo::Args),
     /// Serve baton's tools to an agent over MCP (stdio): submit_job, wait_for_jobs, job_report...
     Mcp,
+    /// Replay a GPU cluster trace through the scheduler under fifo, backfill and baton's policy,
+    /// or compare atomic and greedy workflow scheduling (`--workflows N`). Simulated clock.
+    Sim(sim::Args),
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`.
     Completions {
         #[arg(value_enum)]
@@ -106,6 +110,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Workflow(cmd) => workflow::run(cmd, json),
         Command::Report(args) => report::run(args, json),
         Command::Mcp => crate::mcp::run(),
+        Command::Sim(args) => sim::run(args, json),
         Command::Serve(args) => serve::run(args),
         Command::Completions { shell } => {
             completions::run(shell);
