@@ -415,7 +415,7 @@ fn admit_gang(
 
 /// The queue's order: priority (higher first), the owner's recent use (less first), submission,
 /// the longest critical path first, then id.
-fn queue_key(j: &PendingJob) -> impl Ord {
+pub fn queue_key(j: &PendingJob) -> impl Ord + use<> {
     use std::cmp::Reverse;
     (
         Reverse(j.priority),

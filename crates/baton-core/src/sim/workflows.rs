@@ -427,16 +427,8 @@ impl Sim<'_> {
         let Some(head) = self
             .pending
             .iter()
-            // The pass's queue order (`scheduler::plan_with`).
-            .min_by_key(|p| {
-                (
-                    Reverse(p.priority),
-                    p.owner_usage,
-                    p.submitted_at,
-                    Reverse(p.critical_path),
-                    p.id,
-                )
-            })
+            // The pass's queue order.
+            .min_by_key(|p| crate::scheduler::queue_key(p))
         else {
             return 0;
         };
