@@ -75,23 +75,13 @@ fn world(
             } else {
                 vec![]
             };
-            PendingJob {
-                id,
-                priority: (next() % 3) as i64,
-                submitted_at: i as i64,
-                request,
-                time_limit: if next() % 3 == 0 {
-                    None
-                } else {
-                    Some(((next() % 240) as i64 + 1) * MIN)
-                },
-                deps,
-                gang: None,
-                reserved: None,
-                prefer_node: None,
-                critical_path: 0,
-                owner_usage: 0,
-            }
+            let priority = (next() % 3) as i64;
+            let time_limit = if next() % 3 == 0 {
+                None
+            } else {
+                Some(((next() % 240) as i64 + 1) * MIN)
+            };
+            PendingJob::new(id, priority, i as i64, request, time_limit, deps)
         })
         .collect();
     (gpu_list, run, pending, states)

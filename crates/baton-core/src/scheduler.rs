@@ -632,19 +632,14 @@ mod tests {
     }
 
     fn job(id: u64, count: u32) -> PendingJob {
-        PendingJob {
-            id: JobId(id),
-            priority: 0,
-            submitted_at: id as Millis,
-            request: GpuRequest::whole(count),
-            time_limit: None,
-            deps: vec![],
-            gang: None,
-            reserved: None,
-            prefer_node: None,
-            critical_path: 0,
-            owner_usage: 0,
-        }
+        PendingJob::new(
+            JobId(id),
+            0,
+            id as Millis,
+            GpuRequest::whole(count),
+            None,
+            vec![],
+        )
     }
 
     fn running(id: u64, gpus: &[u32], ends_by: Option<Millis>) -> RunningJob {

@@ -104,19 +104,7 @@ fn world() -> impl Strategy<Value = World> {
                     .collect()
             };
             states.insert(id, JobState::Queued);
-            queue.push(PendingJob {
-                id,
-                priority: prio,
-                submitted_at: id.0 as Millis,
-                request: req,
-                time_limit: lim,
-                deps,
-                gang: None,
-                reserved: None,
-                prefer_node: None,
-                critical_path: 0,
-                owner_usage: 0,
-            });
+            queue.push(PendingJob::new(id, prio, id.0 as Millis, req, lim, deps));
         }
         World {
             gpus,

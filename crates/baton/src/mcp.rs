@@ -319,8 +319,7 @@ impl BatonTools {
             (None, Some(yaml)) => ("workflow".to_string(), yaml.clone(), self.cwd.clone()),
             _ => return Ok(error("give exactly one of `path` and `yaml`")),
         };
-        let mut env: BTreeMap<String, String> = std::env::vars().collect();
-        env.remove("CLAUDE_CODE_MESSAGING_TOKEN");
+        let env: BTreeMap<String, String> = std::env::vars().collect();
         let request = crate::api::WorkflowSubmitRequest {
             source,
             text,

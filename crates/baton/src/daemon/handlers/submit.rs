@@ -153,13 +153,8 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
             }
         }
     }
-    // The inbox token is the claude channel's secret alone: a job that prints its environment
-    // must not put it in its report, the inbox file or a webhook body.
-    let mut env = req.env;
-    env.remove("CLAUDE_CODE_MESSAGING_TOKEN");
-    let inbox = daemon.inbox_for(peer.uid, &env);
-    let notify = notify::resolve(&req.notify, &req.context, &inbox, &req.cwd)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let (env, notify) =
+        env_and_channels(daemon, peer, req.env, &req.notify, &req.context, &req.cwd)?;
     let session = req.context.session();
     Ok(NewJob {
         notify,
@@ -182,4 +177,28 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
         submitted_at: now_ms(),
         umask: req.umask.map(|m| m & 0o777),
     })
+}
+
+/// A submission's job environment and report channels, for jobs and workflows alike. The inbox
+/// token is the claude channel's secret alone: a job that prints its environment must not put it
+/// in its report, the inbox file or a webhook body.
+pub(super) fn env_and_channels(
+    daemon: &Daemon,
+    peer: &Peer,
+    mut env: std::collections::BTreeMap<String, String>,
+    specs: &[String],
+    context: &crate::api::AgentContext,
+    cwd: &str,
+) -> Result<
+    (
+        std::collections::BTreeMap<String, String>,
+        Vec<notify::Channel>,
+    ),
+    ApiError,
+> {
+    env.remove("CLAUDE_CODE_MESSAGING_TOKEN");
+    let inbox = daemon.inbox_for(peer.uid, &env);
+    let channels = notify::resolve(specs, context, &inbox, cwd)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    Ok((env, channels))
 }

@@ -17,7 +17,6 @@ use crate::api::{CancelRequest, WorkflowSubmitRequest, WorkflowTaskView, Workflo
 use crate::daemon::handlers::cancel::cancel_jobs;
 use crate::daemon::views::{job_view, rfc3339};
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
-use crate::notify;
 use crate::store::{JobRecord, NewJob, NewWorkflow, WorkflowRecord};
 use crate::users;
 
@@ -40,11 +39,14 @@ pub async fn submit(
         )));
     }
     let dag = spec.dag().map_err(|e| bad(e.to_string()))?;
-    let mut env = req.env.clone();
-    env.remove("CLAUDE_CODE_MESSAGING_TOKEN");
-    let inbox = daemon.inbox_for(peer.uid, &env);
-    let channels = notify::resolve(&req.notify, &req.context, &inbox, &req.base_dir)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let (env, channels) = super::submit::env_and_channels(
+        &daemon,
+        &peer,
+        req.env.clone(),
+        &req.notify,
+        &req.context,
+        &req.base_dir,
+    )?;
     let now = now_ms();
     let owner = users::name_of(peer.uid);
 
