@@ -110,7 +110,7 @@ impl Daemon {
         let recent_uses = store
             .ended_since(now_ms() - USAGE_WINDOW_MS)?
             .iter()
-            .filter_map(use_of)
+            .filter_map(|j| use_of(j, j.ended_at))
             .collect();
         let workflows = store
             .active_workflows()?
@@ -503,15 +503,12 @@ impl Daemon {
             tracing::error!(job = id.0, "cannot record the end of the job: {e}");
         }
         let ended = inner.active.remove(&id);
-        if let Some(mut job) = ended.clone() {
-            job.ended_at = Some(ending.at);
-            if let Some(u) = use_of(&job) {
-                let horizon = ending.at - USAGE_WINDOW_MS;
-                inner
-                    .recent_uses
-                    .retain(|u| u.end.is_none_or(|e| e >= horizon));
-                inner.recent_uses.push(u);
-            }
+        if let Some(u) = ended.as_ref().and_then(|j| use_of(j, Some(ending.at))) {
+            let horizon = ending.at - USAGE_WINDOW_MS;
+            inner
+                .recent_uses
+                .retain(|u| u.end.is_none_or(|e| e >= horizon));
+            inner.recent_uses.push(u);
         }
         let workflow = ended.and_then(|j| j.workflow_id);
         inner.supervisors.remove(&id);
@@ -788,12 +785,6 @@ fn scheduling_input(inner: &Inner) -> Result<SchedulingInput, StoreError> {
                 pending.push(Queued {
                     owner: job.owner_uid,
                     job: PendingJob {
-                        id: job.id,
-                        priority: job.priority,
-                        submitted_at: job.submitted_at,
-                        request: job.request,
-                        time_limit: job.time_limit,
-                        deps: job.deps.clone(),
                         gang: job.workflow_id.filter(|w| {
                             inner
                                 .workflows
@@ -801,9 +792,15 @@ fn scheduling_input(inner: &Inner) -> Result<SchedulingInput, StoreError> {
                                 .is_some_and(|wf| wf.atomic && wf.admitted_at.is_none())
                         }),
                         reserved: job.reserved.clone(),
-                        prefer_node: None,
                         critical_path: job.critical_path,
-                        owner_usage: 0,
+                        ..PendingJob::new(
+                            job.id,
+                            job.priority,
+                            job.submitted_at,
+                            job.request,
+                            job.time_limit,
+                            job.deps.clone(),
+                        )
                     },
                 });
             }
@@ -816,7 +813,7 @@ fn scheduling_input(inner: &Inner) -> Result<SchedulingInput, StoreError> {
     let first = pending.first().map(|p| p.owner);
     if pending.iter().any(|p| Some(p.owner) != first) {
         let mut uses = inner.recent_uses.clone();
-        uses.extend(inner.active.values().filter_map(use_of));
+        uses.extend(inner.active.values().filter_map(|j| use_of(j, None)));
         let usage =
             baton_core::fair_share::usage(&uses, now_ms(), baton_core::fair_share::HALF_LIFE_MS);
         for p in &mut pending {
@@ -834,8 +831,8 @@ struct Queued {
 }
 
 /// A job's use of the GPUs for fair share: GPUs held (a share of one for a memory-sized job)
-/// from its start to its end (or now).
-fn use_of(job: &JobRecord) -> Option<baton_core::fair_share::Use> {
+/// from its start to `end` (`None`: still running).
+fn use_of(job: &JobRecord, end: Option<Millis>) -> Option<baton_core::fair_share::Use> {
     let start = job.started_at?;
     let gpus = match job.request.mem_per_gpu {
         None => job.request.count as f64,
@@ -846,7 +843,7 @@ fn use_of(job: &JobRecord) -> Option<baton_core::fair_share::Use> {
         owner: job.owner_uid,
         gpus,
         start,
-        end: job.ended_at.filter(|_| job.state.is_terminal()),
+        end,
     })
 }
 
