@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Trace replay: the shipped Alibaba GPU pod list replayed through baton's scheduling pass under
 # fifo, backfill and baton's policy (`baton sim --trace`), then the synthetic workflow comparison
-# of atomic admission against per-task greedy scheduling (`baton sim --workflows`). Prints both
+# of atomic admission, chained tasks and per-task greedy scheduling (`baton sim --workflows`). Prints both
 # tables and the time each took. See docs/benchmarks.md, "Trace replay", for the recorded results.
 #
 #   bench/sim.sh                              # default cluster (5 nodes x 8 GPUs), 500 workflows

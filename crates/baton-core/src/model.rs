@@ -148,9 +148,14 @@ pub struct PendingJob {
     /// its dependencies allow, and nothing else may use them meanwhile.
     #[serde(default)]
     pub reserved: Option<Vec<u32>>,
-    /// The node to place it on if it fits there (where its predecessors' data is).
+    /// The node to place it on if it fits there (where its predecessors' data is; see
+    /// [`crate::locality`]).
     #[serde(default)]
     pub prefer_node: Option<u32>,
+    /// Jobs it asked to share a node with (`colocate_with`). One that starts in the same pass
+    /// before it decides its node, ahead of `prefer_node`.
+    #[serde(default)]
+    pub colocate: Vec<JobId>,
     /// For a workflow's task: the predicted time from its start to the end of its workflow along
     /// the longest path through it. Among jobs of equal priority submitted together, the one
     /// with the longest path goes first (critical path first).
@@ -182,6 +187,7 @@ impl PendingJob {
             gang: None,
             reserved: None,
             prefer_node: None,
+            colocate: Vec::new(),
             critical_path: 0,
             owner_usage: 0,
         }

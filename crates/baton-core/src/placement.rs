@@ -296,19 +296,52 @@ impl Occupancy {
     }
 
     /// Places every request at once, each on GPUs free after the ones before it, or none at all.
-    /// Requests go to the node of the first placed one when they fit there, so an atomic
-    /// workflow's tasks share a node (and its data) when they can.
+    /// All on one node when some node can take them all (the fullest such node, as best fit
+    /// does for one job), so an atomic workflow's data never leaves its node; else each goes to
+    /// the node of the first placed one when it fits there.
     pub fn choose_all(&self, requests: &[GpuRequest]) -> Option<Vec<Vec<u32>>> {
         if let [one] = requests {
             return self.choose(one).map(|chosen| vec![chosen]);
         }
+        // A node without enough whole GPUs free for the whole requests cannot take them all.
+        let whole: usize = requests
+            .iter()
+            .filter(|r| r.mem_per_gpu.is_none())
+            .map(|r| r.count as usize)
+            .sum();
+        let mut candidates: Vec<usize> = (0..self.nodes.len())
+            .filter(|&at| self.nodes[at].free_whole >= whole)
+            .collect();
+        if self.nodes.len() > 1 {
+            candidates.sort_by_key(|&at| (self.nodes[at].free_whole, self.shapes[at].id));
+            for at in candidates {
+                if let Some(out) = self.place_each(requests, Some(self.shapes[at].id), true) {
+                    return Some(out);
+                }
+            }
+        }
+        self.place_each(requests, None, false)
+    }
+
+    /// Places the requests one after another on a trial copy, preferring node `node` (or, when
+    /// `None`, the node of the first placed one); with `only_there`, a request that lands on
+    /// another node fails the whole placement.
+    fn place_each(
+        &self,
+        requests: &[GpuRequest],
+        mut node: Option<u32>,
+        only_there: bool,
+    ) -> Option<Vec<Vec<u32>>> {
         let mut trial = self.clone();
-        let mut node = None;
         let mut out = Vec::with_capacity(requests.len());
         for req in requests {
             let chosen = trial.choose_near(req, node)?;
+            let landed = chosen.first().and_then(|&g| trial.node_of(g));
+            if only_there && landed.is_some() && landed != node {
+                return None;
+            }
             if node.is_none() {
-                node = chosen.first().and_then(|&g| trial.node_of(g));
+                node = landed;
             }
             trial.hold(&chosen, req).ok()?;
             out.push(chosen);
@@ -448,6 +481,20 @@ mod tests {
         ];
         assert_eq!(occ.choose_all(&five), None);
         assert_eq!(occ.free().whole, 4, "a failed gang placement holds nothing");
+    }
+
+    #[test]
+    fn a_gang_goes_whole_to_a_node_that_can_take_it_all() {
+        // Node 0 has 1 GPU free, node 1 all 4. Best fit alone would put the 1-GPU head on node 0
+        // and the 3-GPU rest on node 1; node 1 can take all of it.
+        let mut occ = cluster(2, 4);
+        occ.hold(&[0, 1, 2], &GpuRequest::whole(3)).unwrap();
+        let gang = [GpuRequest::whole(1), GpuRequest::whole(3)];
+        let placed = occ.choose_all(&gang).unwrap();
+        assert_eq!(placed, vec![vec![4], vec![5, 6, 7]]);
+        // When no node can take it all, it is split, the head's node first.
+        let big = [GpuRequest::whole(1), GpuRequest::whole(4)];
+        assert_eq!(occ.choose_all(&big), Some(vec![vec![3], vec![4, 5, 6, 7]]));
     }
 
     #[test]

@@ -238,7 +238,15 @@ pub fn plan_with(
             // Strict order: nothing passes a blocked job.
             None
         } else {
-            occupancy.choose_near(&job.request, job.prefer_node)
+            let partner = if job.colocate.is_empty() {
+                None
+            } else {
+                out.starts
+                    .iter()
+                    .filter(|s| job.colocate.contains(&s.job))
+                    .find_map(|s| s.gpus.first().and_then(|&g| occupancy.node_of(g)))
+            };
+            occupancy.choose_near(&job.request, partner.or(job.prefer_node))
         };
         let Some(chosen) = chosen else {
             let (needs, free) = (job.request, occupancy.free());
@@ -1013,5 +1021,43 @@ mod tests {
         // job 3 ends (at 6 min plus no limit: never).
         assert_eq!(p[&JobId(4)], Some(10 * MIN));
         assert_eq!(p[&JobId(5)], None);
+    }
+
+    /// Two nodes of two GPUs: GPUs 0-1 on node 0, 2-3 on node 1.
+    fn two_nodes() -> Vec<Gpu> {
+        (0..4)
+            .map(|index| Gpu {
+                index,
+                memory_total: 80 * GIB,
+                node: index / 2,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_job_goes_to_its_preferred_node_when_it_fits_there() {
+        // Best fit alone would pick node 0 (the fuller one) for a 1-GPU job.
+        let busy = [running(9, &[0], None)];
+        let mut near = job(1, 1);
+        near.prefer_node = Some(1);
+        let p = plan(&two_nodes(), &busy, &[near.clone()], &HashMap::new(), 0);
+        assert_eq!(p.starts[0].gpus, vec![2]);
+        // It does not fit there: it runs elsewhere rather than wait.
+        let busy = [running(9, &[2, 3], None)];
+        let p = plan(&two_nodes(), &busy, &[near], &HashMap::new(), 0);
+        assert_eq!(p.starts[0].gpus, vec![0]);
+    }
+
+    #[test]
+    fn a_colocated_partner_started_in_the_same_pass_decides_the_node() {
+        // Job 1 lands on node 0 (best fit: both empty, lowest id). Job 2 prefers node 1 from
+        // its predecessors, but asked to be with job 1, which outranks that.
+        let first = job(1, 1);
+        let mut second = job(2, 1);
+        second.prefer_node = Some(1);
+        second.colocate = vec![JobId(1)];
+        let p = plan(&two_nodes(), &[], &[first, second], &HashMap::new(), 0);
+        assert_eq!(p.starts[0].gpus, vec![0]);
+        assert_eq!(p.starts[1].gpus, vec![1], "same node as job 1");
     }
 }

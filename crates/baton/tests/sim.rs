@@ -78,4 +78,11 @@ fn atomic_workflows_never_deadlock_where_greedy_ones_do() {
             > by("atomic")["idle_held_gpu_h"].as_f64().unwrap(),
         "{report:#}"
     );
+    // Locality: chained tasks that prefer their predecessors' node keep more edges local.
+    assert_eq!(by("chained")["completed"], 100);
+    assert!(
+        by("chained")["local_edges"].as_f64().unwrap()
+            > by("chained-no-locality")["local_edges"].as_f64().unwrap(),
+        "{report:#}"
+    );
 }

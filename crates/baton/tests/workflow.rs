@@ -145,7 +145,8 @@ fn a_failed_task_fails_what_depends_on_it_and_the_workflow() {
 fn the_task_on_the_critical_path_starts_first() {
     let b = Baton::start(1);
     // After `root`, two branches compete for the one GPU: `short` (1 min predicted) and
-    // `long1 -> long2` (20 min each). The long branch must go first.
+    // `long1 -> long2` (20 min each). The long branch must go first. (`colocate_with` naming a
+    // later task is accepted; on one machine every task shares the node anyway.)
     let gate = wait_for_file("go");
     let file = write(
         &b,
@@ -153,7 +154,7 @@ fn the_task_on_the_critical_path_starts_first() {
         &format!(
             "name: cp\ntasks:\n  root: {{command: \"{gate}\", gpus: 1, time_limit: 1m}}\n  \
              short: {{command: \"true\", gpus: 1, time_limit: 1m, after: [root]}}\n  \
-             long1: {{command: \"true\", gpus: 1, time_limit: 20m, after: [root]}}\n  \
+             long1: {{command: \"true\", gpus: 1, time_limit: 20m, after: [root], colocate_with: [long2]}}\n  \
              long2: {{command: \"true\", gpus: 1, time_limit: 20m, after: [long1]}}\n"
         ),
     );

@@ -6,18 +6,25 @@
 //! cluster `load` times its GPU capacity in task work.
 //!
 //! [`run_workflows`] replays them through [`crate::scheduler::plan_with`] (EASY backfill, as the
-//! daemon runs) in one of two [`Mode`]s:
+//! daemon runs) in one of these [`Mode`]s:
 //!
 //! - **atomic**: a workflow's tasks are queued together as a gang with their dependencies. The
 //!   pass admits the gang only when every task fits at once, reserves each task's GPUs, starts
 //!   tasks as their dependencies end, and each task gives its GPUs back when it ends. GPUs held
 //!   idle: a task's reserved GPUs from admission until it starts.
+//! - **chained**: baton's non-atomic workflows. Each task is queued when its predecessors have
+//!   ended, prefers the node they ran on ([`crate::locality`]), and gives its GPUs back when it
+//!   ends. Nothing is held idle and nothing deadlocks, but a task may wait behind other work.
+//! - **chained-no-locality**: the same, placed by best fit alone: what locality buys.
 //! - **greedy**: each task is queued alone when its predecessors have ended (no gang; in the
 //!   queue at its workflow's arrival, as the gang would be), and the GPUs it gets stay with its
 //!   workflow until the whole workflow ends, as a workflow runner that grabs its GPUs task by
 //!   task and gives them back at the end does. GPUs held idle: a task's
 //!   GPUs from its end until its workflow's end. Two workflows that each hold part of the
 //!   cluster while their next task waits for the rest deadlock.
+//!
+//! Every mode counts the dependency edges whose two tasks ran on the same node (`local_edges`):
+//! the data a task leaves on local disk is there for its successor.
 //!
 //! A **deadlock** is detected when a pass starts nothing, no task is running and tasks are
 //! queued: nothing can change any more, since held GPUs come back only when a workflow ends. A
@@ -180,17 +187,37 @@ pub fn generate(options: &GeneratorOptions) -> Result<Vec<SyntheticWorkflow>, Si
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Atomic,
+    Chained,
+    #[serde(rename = "chained-no-locality")]
+    ChainedNoLocality,
     Greedy,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 2] = [Mode::Atomic, Mode::Greedy];
+    pub const ALL: [Mode; 4] = [
+        Mode::Atomic,
+        Mode::Chained,
+        Mode::ChainedNoLocality,
+        Mode::Greedy,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Atomic => "atomic",
+            Mode::Chained => "chained",
+            Mode::ChainedNoLocality => "chained-no-locality",
             Mode::Greedy => "greedy",
         }
+    }
+
+    /// Tasks are queued one by one as their predecessors end (not as one gang).
+    fn one_by_one(self) -> bool {
+        self != Mode::Atomic
+    }
+
+    /// A task's GPUs go back when it ends (not when its workflow ends).
+    fn releases_at_task_end(self) -> bool {
+        self != Mode::Greedy
     }
 }
 
@@ -215,6 +242,8 @@ pub struct WorkflowMetrics {
     pub deadlocks: usize,
     /// Times a workflow was made to give back the GPUs it held, to break a deadlock.
     pub forced_releases: usize,
+    /// Share (0 to 1) of dependency edges whose two tasks ran on the same node.
+    pub local_edges: f64,
     pub passes: u64,
 }
 
@@ -246,6 +275,8 @@ struct Sim<'a> {
     /// Job id − 1 → (workflow, task).
     owner: Vec<(usize, usize)>,
     gpus_of: HashMap<JobId, Vec<u32>>,
+    /// The node each started job ran on.
+    node_of: HashMap<JobId, u32>,
     pending: Vec<PendingJob>,
     running: Vec<RunningJob>,
     states: HashMap<JobId, JobState>,
@@ -294,26 +325,37 @@ impl Sim<'_> {
                     self.pending.push(job);
                     self.flows[wf].tasks[t] = Task::Queued;
                 }
-                Mode::Greedy if task.after.is_empty() => self.queue_alone(wf, t),
-                Mode::Greedy => {}
+                _ if task.after.is_empty() => self.queue_alone(wf, t),
+                _ => {}
             }
         }
     }
 
-    /// Greedy mode: a ready task queued on its own, in its workflow's place in the queue (its
-    /// arrival, as a gang is). Its GPUs stay with the workflow until the workflow ends, which
-    /// nobody can predict: no time limit for backfill to trust.
+    /// Greedy and chained modes: a ready task queued on its own, in its workflow's place in the
+    /// queue (its arrival, as a gang is). Greedy: its GPUs stay with the workflow until the
+    /// workflow ends, which nobody can predict, so no time limit for backfill to trust.
+    /// Chained: its own time limit, and the node its predecessors ran on preferred.
     fn queue_alone(&mut self, wf: usize, t: usize) {
         let job = self.flows[wf].jobs[t];
-        let gpus = self.specs[wf].tasks[t].gpus;
-        self.pending.push(PendingJob::new(
+        let task = &self.specs[wf].tasks[t];
+        let limit = match self.mode {
+            Mode::Greedy => None,
+            _ => Some(time_limit(task.duration, self.factor)),
+        };
+        let mut pending = PendingJob::new(
             job,
             0,
             self.specs[wf].arrival,
-            GpuRequest::whole(gpus),
-            None,
+            GpuRequest::whole(task.gpus),
+            limit,
             Vec::new(),
-        ));
+        );
+        if self.mode == Mode::Chained {
+            let preds: Vec<JobId> = task.after.iter().map(|&p| self.flows[wf].jobs[p]).collect();
+            pending.prefer_node =
+                crate::locality::preferred_node(&[], &preds, |j| self.node_of.get(&j).copied());
+        }
+        self.pending.push(pending);
         self.flows[wf].tasks[t] = Task::Queued;
     }
 
@@ -336,6 +378,7 @@ impl Sim<'_> {
             }
         }
         let started = !plan.starts.is_empty();
+        let node_by_gpu: HashMap<u32, u32> = gpus.iter().map(|g| (g.index, g.node)).collect();
         for start in plan.starts {
             let (wf, t) = self.owner[start.job.0 as usize - 1];
             let spec = &self.specs[wf].tasks[t];
@@ -354,14 +397,17 @@ impl Sim<'_> {
             self.busy_ms += f64::from(spec.gpus) * duration as f64;
             self.completions.push(Reverse((now + duration, start.job)));
             self.states.insert(start.job, JobState::Running);
+            if let Some(node) = start.gpus.first().and_then(|g| node_by_gpu.get(g)) {
+                self.node_of.insert(start.job, *node);
+            }
             self.gpus_of.insert(start.job, start.gpus.clone());
             self.running.push(RunningJob {
                 id: start.job,
                 gpus: start.gpus,
                 request: job.request,
                 ends_by: match self.mode {
-                    Mode::Atomic => Some(now.saturating_add(limit)),
                     Mode::Greedy => None,
+                    _ => Some(now.saturating_add(limit)),
                 },
             });
         }
@@ -374,19 +420,19 @@ impl Sim<'_> {
         self.states.insert(job, JobState::Succeeded);
         self.flows[wf].tasks[t] = Task::Done(now);
         self.flows[wf].done += 1;
-        match self.mode {
-            Mode::Atomic => self.release(job),
-            Mode::Greedy => {
-                let spec = &self.specs[wf];
-                for s in 0..spec.tasks.len() {
-                    let ready = self.flows[wf].tasks[s] == Task::Blocked
-                        && spec.tasks[s]
-                            .after
-                            .iter()
-                            .all(|&p| matches!(self.flows[wf].tasks[p], Task::Done(_)));
-                    if ready {
-                        self.queue_alone(wf, s);
-                    }
+        if self.mode.releases_at_task_end() {
+            self.release(job);
+        }
+        if self.mode.one_by_one() {
+            let spec = &self.specs[wf];
+            for s in 0..spec.tasks.len() {
+                let ready = self.flows[wf].tasks[s] == Task::Blocked
+                    && spec.tasks[s]
+                        .after
+                        .iter()
+                        .all(|&p| matches!(self.flows[wf].tasks[p], Task::Done(_)));
+                if ready {
+                    self.queue_alone(wf, s);
                 }
             }
         }
@@ -497,6 +543,7 @@ pub fn run_workflows(
             .collect(),
         owner: Vec::new(),
         gpus_of: HashMap::new(),
+        node_of: HashMap::new(),
         pending: Vec::new(),
         running: Vec::new(),
         states: HashMap::new(),
@@ -536,8 +583,9 @@ pub fn run_workflows(
             }
             // Nothing runs, nothing started, tasks wait: no event can ever change that.
             deadlocks += 1;
-            // Atomic admission cannot get here (its tests check that); if it did, stop.
-            if mode == Mode::Atomic {
+            // Only greedy holds GPUs with nothing running: atomic admission and chained tasks
+            // cannot get here (their tests check that); if they did, stop.
+            if mode != Mode::Greedy {
                 break 'events;
             }
             match sim.break_deadlock(&gpus, now) {
@@ -561,6 +609,18 @@ pub fn run_workflows(
         _ => 0,
     };
     let hours = |ms: f64| round(ms / 3_600_000.0, 2);
+    let edges: Vec<(JobId, JobId)> = specs
+        .iter()
+        .zip(&sim.flows)
+        .flat_map(|(spec, flow)| {
+            spec.tasks.iter().enumerate().flat_map(move |(t, task)| {
+                task.after
+                    .iter()
+                    .map(move |&p| (flow.jobs[p], flow.jobs[t]))
+            })
+        })
+        .collect();
+    let local_edges = crate::locality::local_share(&edges, &sim.node_of).unwrap_or(0.0);
     Ok(WorkflowMetrics {
         mode,
         workflows: specs.len(),
@@ -573,6 +633,7 @@ pub fn run_workflows(
         idle_held_gpu_h: hours(sim.idle_ms),
         deadlocks,
         forced_releases,
+        local_edges: round(local_edges, 3),
         passes,
     })
 }
@@ -714,7 +775,65 @@ mod tests {
                     greedy.completed, 60,
                     "greedy finishes once deadlocks are broken"
                 );
+                for mode in [Mode::Chained, Mode::ChainedNoLocality] {
+                    let chained = run_workflows(&specs, mode, &cluster, 1.5).unwrap();
+                    assert_eq!(chained.deadlocks, 0, "seed {seed} {cluster:?} {mode:?}");
+                    assert_eq!(chained.completed, 60);
+                    assert_eq!(chained.idle_held_gpu_h, 0.0, "nothing is held idle");
+                }
             }
         }
+    }
+
+    #[test]
+    fn chained_tasks_follow_their_predecessor_to_its_node() {
+        // On a busy cluster of two nodes, preferring the predecessor's node keeps more edges
+        // local than best fit alone.
+        let cluster = Cluster::new(2, 4);
+        let specs = generate(&GeneratorOptions {
+            workflows: 80,
+            seed: 3,
+            cluster,
+            load: 0.9,
+        })
+        .unwrap();
+        let near = run_workflows(&specs, Mode::Chained, &cluster, 1.5).unwrap();
+        let anywhere = run_workflows(&specs, Mode::ChainedNoLocality, &cluster, 1.5).unwrap();
+        assert!(
+            near.local_edges > anywhere.local_edges,
+            "locality: {near:?}\nno locality: {anywhere:?}"
+        );
+        assert!(near.local_edges > 0.5, "{near:?}");
+    }
+
+    #[test]
+    fn a_successor_that_fits_runs_where_its_predecessor_ran() {
+        // Node 0 is half full for a long time (another workflow's 2-GPU task), node 1 empty.
+        // `a` (1 GPU) arrives next and best fit puts it on node 0; when it ends, its successor
+        // `b` (1 GPU) fits on both nodes. Without locality best fit picks node 0 as well, so to
+        // tell them apart the blocker ends before `b` is queued and node 1 is then fuller:
+        // a third workflow's 3-GPU task holds it.
+        let specs = vec![
+            SyntheticWorkflow {
+                arrival: 0,
+                tasks: vec![task(2, 30, &[])],
+            },
+            SyntheticWorkflow {
+                arrival: 0,
+                tasks: vec![task(1, 10, &[]), task(1, 10, &[0])],
+            },
+            SyntheticWorkflow {
+                arrival: MIN,
+                tasks: vec![task(3, 60, &[])],
+            },
+        ];
+        let cluster = Cluster::new(2, 4);
+        // At 0: the blocker takes GPUs 0-1, `a` best-fits on node 0 (GPU 2). At 1 min the
+        // 3-GPU task goes to node 1. At 10 min `a` ends and `b` is queued: node 0 has 2 free
+        // GPUs, node 1 has 1: best fit says node 1; locality says node 0, where `a` ran.
+        let near = run_workflows(&specs, Mode::Chained, &cluster, 1.5).unwrap();
+        assert_eq!(near.local_edges, 1.0, "{near:?}");
+        let anywhere = run_workflows(&specs, Mode::ChainedNoLocality, &cluster, 1.5).unwrap();
+        assert_eq!(anywhere.local_edges, 0.0, "{anywhere:?}");
     }
 }

@@ -1,5 +1,6 @@
 //! `baton sim`: replay a GPU cluster trace through the scheduling core under each policy, or
-//! compare atomic and greedy workflow scheduling on a synthetic workload. Runs in this process
+//! compare ways of scheduling workflows (atomic, chained with and without locality, greedy) on a
+//! synthetic workload. Runs in this process
 //! with a simulated clock; no daemon is involved.
 
 use std::path::PathBuf;
@@ -33,8 +34,8 @@ pub struct Args {
     /// backfill trusts it and no job runs past it.
     #[arg(long, value_name = "F", default_value_t = DEFAULT_TIME_LIMIT_FACTOR)]
     time_limit_factor: f64,
-    /// Instead of a trace: generate N synthetic workflows and compare atomic admission with
-    /// per-task greedy scheduling.
+    /// Instead of a trace: generate N synthetic workflows and compare atomic admission, chained
+    /// tasks (with and without locality) and per-task greedy scheduling.
     #[arg(long, value_name = "N", conflicts_with_all = ["trace", "policy"])]
     workflows: Option<usize>,
     /// Seed of the synthetic workflows (the same seed gives the same workload) [default: 1].
@@ -315,6 +316,7 @@ fn workflow_table(r: &WorkflowReport) -> String {
         "busy GPU-h",
         "idle held GPU-h",
         "deadlocks",
+        "local edges",
         "wall s",
     ];
     let rows: Vec<Vec<String>> = r
@@ -331,6 +333,7 @@ fn workflow_table(r: &WorkflowReport) -> String {
                 format!("{:.1}", m.busy_gpu_h),
                 format!("{:.1}", m.idle_held_gpu_h),
                 m.deadlocks.to_string(),
+                format!("{:.0} %", m.local_edges * 100.0),
                 format!("{:.2}", p.wall_s),
             ]
         })

@@ -222,7 +222,7 @@ impl Daemon {
         let mut cascade = false;
         {
             let mut inner = self.lock();
-            let (running, pending, states) = match scheduling_input(&inner) {
+            let (running, pending, states) = match scheduling_input(&inner, &self.gpus) {
                 Ok(input) => input,
                 Err(e) => {
                     tracing::error!("scheduling pass skipped: {e}");
@@ -670,7 +670,7 @@ impl Daemon {
     /// When each queued job should start at the latest, by the running jobs' time limits (for
     /// `baton status`; the first 500 queued jobs).
     fn predicted_starts(&self, inner: &Inner) -> HashMap<JobId, Option<Millis>> {
-        match scheduling_input(inner) {
+        match scheduling_input(inner, &self.gpus) {
             Ok((running, pending, _)) => baton_core::scheduler::predicted_starts(
                 &self.gpus,
                 &running,
@@ -756,11 +756,15 @@ impl Daemon {
 
 type SchedulingInput = (Vec<RunningJob>, Vec<PendingJob>, HashMap<JobId, JobState>);
 
-/// What the pure scheduler needs: running and queued jobs, and the state of every dependency.
-fn scheduling_input(inner: &Inner) -> Result<SchedulingInput, StoreError> {
+/// What the pure scheduler needs: running and queued jobs, the state of every dependency, and
+/// the node each queued job should prefer (where its `colocate_with` partners or its
+/// predecessors run or ran).
+fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<SchedulingInput, StoreError> {
     let mut running = Vec::new();
     let mut pending = Vec::new();
     let mut states: HashMap<JobId, JobState> = HashMap::new();
+    // The GPUs of the jobs queued jobs depend on or want to be with: where their data is.
+    let mut placed: HashMap<JobId, Vec<u32>> = HashMap::new();
     let mut missing = Vec::new();
     for job in inner.active.values() {
         match job.state {
@@ -774,12 +778,14 @@ fn scheduling_input(inner: &Inner) -> Result<SchedulingInput, StoreError> {
                     .map(|(limit, start)| start + limit),
             }),
             JobState::Queued => {
-                for dep in &job.deps {
-                    match inner.active.get(&dep.job) {
+                let partners = job.deps.iter().map(|d| d.job).chain(job.colocate.clone());
+                for other in partners {
+                    match inner.active.get(&other) {
                         Some(d) => {
-                            states.insert(dep.job, d.state);
+                            states.insert(other, d.state);
+                            placed.insert(other, d.gpus.clone());
                         }
-                        None => missing.push(dep.job),
+                        None => missing.push(other),
                     }
                 }
                 pending.push(Queued {
@@ -792,6 +798,7 @@ fn scheduling_input(inner: &Inner) -> Result<SchedulingInput, StoreError> {
                                 .is_some_and(|wf| wf.atomic && wf.admitted_at.is_none())
                         }),
                         reserved: job.reserved.clone(),
+                        colocate: job.colocate.clone(),
                         critical_path: job.critical_path,
                         ..PendingJob::new(
                             job.id,
@@ -808,7 +815,21 @@ fn scheduling_input(inner: &Inner) -> Result<SchedulingInput, StoreError> {
         }
     }
     // Dependencies that already ended are no longer active: ask the store.
-    states.extend(inner.store.states(&missing)?);
+    for (id, (state, gpus)) in inner.store.states(&missing)? {
+        states.insert(id, state);
+        placed.insert(id, gpus);
+    }
+    let node_of_gpu: HashMap<u32, u32> = gpus.iter().map(|g| (g.index, g.node)).collect();
+    let node_of = |job: JobId| {
+        placed
+            .get(&job)
+            .and_then(|g| g.first())
+            .and_then(|g| node_of_gpu.get(g).copied())
+    };
+    for p in &mut pending {
+        let deps: Vec<JobId> = p.job.deps.iter().map(|d| d.job).collect();
+        p.job.prefer_node = baton_core::locality::preferred_node(&p.job.colocate, &deps, node_of);
+    }
     // Fair share matters only when several users wait: then each job carries its owner's use.
     let first = pending.first().map(|p| p.owner);
     if pending.iter().any(|p| Some(p.owner) != first) {

@@ -66,6 +66,8 @@ pub struct JobRecord {
     pub lease_until: Option<Millis>,
     /// The predicted longest path from this task to its workflow's end (0 outside workflows).
     pub critical_path: Millis,
+    /// The jobs of the tasks it asked to share a node with (`colocate_with`).
+    pub colocate: Vec<JobId>,
 }
 
 /// A job as submitted, before it has an id.
@@ -119,7 +121,17 @@ pub struct NewWorkflow {
     pub owner: String,
     pub source: String,
     pub submitted_at: Millis,
-    pub tasks: Vec<(NewJob, Vec<usize>)>,
+    pub tasks: Vec<NewTask>,
+}
+
+/// A workflow's task as submitted: its job, and the tasks (positions in
+/// [`NewWorkflow::tasks`]) it runs after and asked to share a node with. A task runs only after
+/// tasks listed before it.
+#[derive(Clone, Debug)]
+pub struct NewTask {
+    pub job: NewJob,
+    pub after: Vec<usize>,
+    pub colocate: Vec<usize>,
 }
 
 /// How an attempt ended.
@@ -194,7 +206,7 @@ pub struct Store {
 const COLUMNS: &str = "id, name, state, command, cwd, env, owner_uid, owner, priority, gpus_requested, \
      gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, started_at, ended_at, \
      exit_code, signal, reason, gpus, workflow_id, cancel_requested_by, umask, notify, session, task, \
-     reserved, lease_until, critical_path_ms";
+     reserved, lease_until, critical_path_ms, colocate";
 
 impl Store {
     /// Opens (creating and migrating as needed) the database at `path`.
@@ -249,6 +261,7 @@ impl Store {
             reserved: None,
             lease_until: None,
             critical_path: job.critical_path,
+            colocate: Vec::new(),
         })
     }
 
@@ -303,17 +316,28 @@ impl Store {
     }
 
     /// The states of the given jobs; ids that do not exist are absent.
-    pub fn states(&self, ids: &[JobId]) -> Result<HashMap<JobId, JobState>, StoreError> {
+    /// The state of each of these jobs that exists, and the GPUs it last ran on (where its data
+    /// is, for the jobs placed after it).
+    pub fn states(
+        &self,
+        ids: &[JobId],
+    ) -> Result<HashMap<JobId, (JobState, Vec<u32>)>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT state FROM jobs WHERE id = ?1")?;
+            .prepare_cached("SELECT state, gpus FROM jobs WHERE id = ?1")?;
         let mut out = HashMap::new();
         for id in ids {
-            if let Some(state) = stmt
-                .query_row([id.0 as i64], |r| r.get::<_, String>(0))
+            if let Some((state, gpus)) = stmt
+                .query_row([id.0 as i64], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                })
                 .optional()?
             {
-                out.insert(*id, parse_state(id.0, &state)?);
+                let gpus = serde_json::from_str(&gpus).map_err(|e| StoreError::Corrupt {
+                    id: id.0,
+                    detail: format!("gpus: {e}"),
+                })?;
+                out.insert(*id, (parse_state(id.0, &state)?, gpus));
             }
         }
         Ok(out)
@@ -599,10 +623,11 @@ impl Store {
         ])?;
         let wf_id = tx.last_insert_rowid() as u64;
         let mut ids: Vec<JobId> = Vec::with_capacity(wf.tasks.len());
-        for (job, after) in &wf.tasks {
-            let mut job = job.clone();
+        for task in &wf.tasks {
+            let mut job = task.job.clone();
             job.workflow_id = Some(wf_id);
-            job.deps = after
+            job.deps = task
+                .after
                 .iter()
                 .filter_map(|&i| ids.get(i))
                 .map(|&job| Dependency {
@@ -611,6 +636,19 @@ impl Store {
                 })
                 .collect();
             ids.push(insert_job(&tx, &job)?);
+        }
+        // Partners may come later in the list: known only once every task has its id.
+        for (task, id) in wf.tasks.iter().zip(&ids) {
+            if !task.colocate.is_empty() {
+                let partners: Vec<u64> = task
+                    .colocate
+                    .iter()
+                    .filter_map(|&i| ids.get(i))
+                    .map(|j| j.0)
+                    .collect();
+                tx.prepare_cached("UPDATE jobs SET colocate = ?1 WHERE id = ?2")?
+                    .execute(params![json(&partners), id.0 as i64])?;
+            }
         }
         tx.commit()?;
         let record = self.workflow(wf_id)?.ok_or_else(|| StoreError::Corrupt {
@@ -932,6 +970,10 @@ fn read_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRecord, StoreError>> {
             },
             lease_until: r.get(30)?,
             critical_path: r.get(31)?,
+            colocate: from::<Vec<u64>>(parse(32, "colocate")?, "colocate", id)?
+                .into_iter()
+                .map(JobId)
+                .collect(),
         })
     };
     Ok(build())
@@ -1022,7 +1064,39 @@ mod tests {
         );
         assert_eq!(store.ended_since(5_000).unwrap().len(), 1);
         assert!(store.active().unwrap().is_empty());
-        assert_eq!(store.states(&[job.id, JobId(99)]).unwrap().len(), 1);
+        let states = store.states(&[job.id, JobId(99)]).unwrap();
+        assert_eq!(states.len(), 1);
+        assert_eq!(states[&job.id], (JobState::Failed, ended.gpus.clone()));
+    }
+
+    #[test]
+    fn a_workflow_keeps_its_dependencies_and_colocation_as_job_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
+        let task = |after: &[usize], colocate: &[usize]| NewTask {
+            job: new_job(&["true"]),
+            after: after.to_vec(),
+            colocate: colocate.to_vec(),
+        };
+        // prep; train after prep, with eval; eval after train (a partner listed later).
+        let wf = NewWorkflow {
+            name: "pipe".into(),
+            atomic: false,
+            owner_uid: 1000,
+            owner: "alice".into(),
+            source: "pipe.yaml".into(),
+            submitted_at: 1,
+            tasks: vec![task(&[], &[]), task(&[0], &[2]), task(&[1], &[])],
+        };
+        let (_, jobs) = store.insert_workflow(&wf).unwrap();
+        let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+        assert_eq!(
+            jobs[1].deps.iter().map(|d| d.job).collect::<Vec<_>>(),
+            [ids[0]]
+        );
+        assert_eq!(jobs[1].colocate, [ids[2]]);
+        assert!(jobs[0].colocate.is_empty() && jobs[2].colocate.is_empty());
+        assert_eq!(store.get(ids[1]).unwrap().unwrap().colocate, [ids[2]]);
     }
 
     #[test]

@@ -85,6 +85,8 @@ const MIGRATIONS: &[&str] = &[
     // 4: a workflow's summary goes out through the outbox too: such a delivery names the
     // workflow (its job_id is the task whose end ended the workflow).
     "ALTER TABLE deliveries ADD COLUMN workflow_id INTEGER;",
+    // 5: the tasks a workflow task asked to share a node with (`colocate_with`), as job ids.
+    "ALTER TABLE jobs ADD COLUMN colocate TEXT NOT NULL DEFAULT '[]';",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

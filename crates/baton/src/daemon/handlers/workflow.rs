@@ -17,7 +17,7 @@ use crate::api::{CancelRequest, WorkflowSubmitRequest, WorkflowTaskView, Workflo
 use crate::daemon::handlers::cancel::cancel_jobs;
 use crate::daemon::views::{job_view, rfc3339};
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
-use crate::store::{JobRecord, NewJob, NewWorkflow, WorkflowRecord};
+use crate::store::{JobRecord, NewJob, NewTask, NewWorkflow, WorkflowRecord};
 use crate::users;
 
 /// The prediction for a task with no history and no time limit.
@@ -70,11 +70,24 @@ pub async fn submit(
         let order = dag.topological_order().to_vec();
         let position: HashMap<usize, usize> =
             order.iter().enumerate().map(|(pos, &t)| (t, pos)).collect();
+        let index: HashMap<&str, usize> = spec
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.as_str(), i))
+            .collect();
         let tasks = order
             .iter()
             .map(|&t| {
                 let task = &spec.tasks[t];
                 let after = dag.predecessors(t).iter().map(|p| position[p]).collect();
+                // `parse` checked that every partner is a task of this workflow.
+                let colocate = task
+                    .colocate_with
+                    .iter()
+                    .filter_map(|name| index.get(name.as_str()))
+                    .map(|i| position[i])
+                    .collect();
                 let mut task_env: BTreeMap<String, String> = env.clone();
                 task_env.extend(task.env.clone());
                 let cwd = match &task.cwd {
@@ -103,7 +116,11 @@ pub async fn submit(
                     task: Some(task.name.clone()),
                     critical_path: path.remaining_ms[t],
                 };
-                (job, after)
+                NewTask {
+                    job,
+                    after,
+                    colocate,
+                }
             })
             .collect();
         let new = NewWorkflow {
