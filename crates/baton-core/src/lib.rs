@@ -13,6 +13,7 @@ pub mod report;
 pub mod scheduler;
 pub mod sim;
 pub mod units;
+pub mod waste;
 pub mod workflow;
 
 pub use model::{

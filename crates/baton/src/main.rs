@@ -3,10 +3,13 @@
 
 mod api;
 mod cli;
+mod config;
 mod daemon;
 mod executor;
 mod gpu;
 mod mcp;
+mod metrics;
+mod monitor;
 mod notify;
 mod paths;
 mod report;

@@ -14,7 +14,7 @@ use baton_core::{JobState, Millis};
 
 use crate::executor::{self, JobFiles};
 use crate::gpu::GpuInfo;
-use crate::store::JobRecord;
+use crate::store::{JobGpuUsage, JobRecord};
 
 /// How much of the end of each output stream is scanned.
 const SCAN_LIMIT: u64 = 64 << 20;
@@ -68,6 +68,7 @@ pub fn build(
     job: &JobRecord,
     files: &JobFiles,
     gpus: &[GpuInfo],
+    usage: &[JobGpuUsage],
     home: &Path,
     look: Look<'_>,
 ) -> Built {
@@ -85,6 +86,7 @@ pub fn build(
         command: job.command.clone(),
         cwd: job.cwd.clone(),
         gpus: job.gpus.clone(),
+        request: job.request,
         attempts: job.attempt,
         max_attempts: job.retries + 1,
         submitted_at: job.submitted_at,
@@ -95,21 +97,24 @@ pub fn build(
         stdout_path: files.stdout().display().to_string(),
         stderr_path: files.stderr().display().to_string(),
     };
-    // No utilisation samples yet: the GPU monitor is a later piece of work. The report still
-    // says which GPUs the job had and how big they are.
+    // The monitor's summary of each GPU the job held; a GPU it never sampled (a job shorter
+    // than one sample interval) still says which it was and how big.
     let usage: Vec<GpuUsage> = job
         .gpus
         .iter()
-        .map(|&index| GpuUsage {
-            index,
-            samples: 0,
-            mean_util_pct: None,
-            peak_util_pct: None,
-            peak_mem_bytes: None,
-            total_mem_bytes: gpus
-                .iter()
-                .find(|g| g.index == index)
-                .map_or(0, |g| g.memory_total),
+        .map(|&index| {
+            let sampled = usage.iter().find(|u| u.gpu == index);
+            GpuUsage {
+                index,
+                samples: sampled.map_or(0, |u| u.samples),
+                mean_util_pct: sampled.and_then(|u| u.mean_util),
+                peak_util_pct: sampled.and_then(|u| u.peak_util),
+                peak_mem_bytes: sampled.map(|u| u.mem_peak),
+                total_mem_bytes: gpus
+                    .iter()
+                    .find(|g| g.index == index)
+                    .map_or(0, |g| g.memory_total),
+            }
         })
         .collect();
     let written = match job.started_at {

@@ -43,6 +43,7 @@ pub fn build(
     let mut gpus: Vec<GpuUsage> = gpus.iter().map(clean_gpu).collect();
     gpus.sort_by_key(|g| g.index);
     gpus.truncate(MAX_GPUS_KEPT);
+    let efficiency = super::efficiency(&gpus, &facts.request);
     let mut gpu_indices = facts.gpus.clone();
     gpu_indices.truncate(MAX_GPUS_KEPT);
 
@@ -90,6 +91,7 @@ pub fn build(
         command,
         cwd: clean(&facts.cwd, MAX_PATH_CHARS),
         gpus,
+        efficiency,
         gpu_indices,
         metrics: output.metrics,
         non_finite_loss: output.non_finite_loss,

@@ -105,6 +105,9 @@ fn render(r: &Report, b: &Budget) -> String {
     );
     let _ = writeln!(md, "- time: {}", time_line(r));
     let _ = writeln!(md, "- GPUs: {}", gpu_line(r, b));
+    if let Some(e) = &r.efficiency {
+        let _ = writeln!(md, "- GPU efficiency: {}", efficiency_line(e));
+    }
     if !r.metrics.is_empty() {
         let shown: Vec<String> = r
             .metrics
@@ -307,6 +310,24 @@ fn gpu_line(r: &Report, b: &Budget) -> String {
         parts.push(format!("and {} more", r.gpus.len() - b.gpus));
     }
     parts.join("; ")
+}
+
+fn efficiency_line(e: &super::Efficiency) -> String {
+    let pct = |v: Option<f64>| v.map_or_else(|| "?".to_string(), |v| format!("{v:.0}%"));
+    let mut line = format!(
+        "mean {} peak {}, memory peak {}",
+        pct(e.mean_util_pct),
+        pct(e.peak_util_pct),
+        e.peak_mem_bytes
+            .map_or_else(|| "?".to_string(), format_size)
+    );
+    if let Some(note) = &e.note {
+        let _ = write!(line, "; {note}");
+    }
+    if let Some(req) = &e.suggested_request {
+        let _ = write!(line, "; next time ask for {}", inline_code(req));
+    }
+    line
 }
 
 fn files_line(r: &Report, b: &Budget) -> String {

@@ -17,6 +17,7 @@
 //! appears inside a fence it cannot close or inside an inline code span.
 
 mod cause;
+mod efficiency;
 mod markdown;
 mod metrics;
 mod sanitize;
@@ -30,9 +31,10 @@ mod tests;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{JobState, Millis};
+use crate::model::{GpuRequest, JobState, Millis};
 
 pub use cause::build;
+pub use efficiency::{Efficiency, efficiency};
 pub use markdown::fenced;
 pub use sanitize::sanitize_line;
 pub use scanner::OutputScanner;
@@ -146,6 +148,9 @@ pub struct JobFacts {
     pub command: Vec<String>,
     pub cwd: String,
     pub gpus: Vec<u32>,
+    /// What it asked for (the report compares it with what it used).
+    #[serde(default)]
+    pub request: GpuRequest,
     pub attempts: u32,
     pub max_attempts: u32,
     pub submitted_at: Millis,
@@ -219,6 +224,9 @@ pub struct Report {
     pub command: Vec<String>,
     pub cwd: String,
     pub gpus: Vec<GpuUsage>,
+    /// How well it used them, and what to ask for next time (absent without samples).
+    #[serde(default)]
+    pub efficiency: Option<Efficiency>,
     /// The GPU indices the job held, whether or not the monitor sampled them.
     #[serde(default)]
     pub gpu_indices: Vec<u32>,

@@ -27,6 +27,7 @@ fn facts(state: JobState) -> JobFacts {
         ],
         cwd: "/home/alice/proj".into(),
         gpus: vec![0],
+        request: crate::model::GpuRequest::whole(1),
         attempts: 1,
         max_attempts: 1,
         submitted_at: SUBMITTED,

@@ -197,6 +197,15 @@ impl Client {
         self.get("/gpus")
     }
 
+    /// Waste decisions of the last `since_ms` (all kept, if `None`).
+    pub fn audit(&self, since_ms: Option<i64>) -> Result<Vec<AuditView>, ClientError> {
+        self.get(&since_target("/audit", since_ms))
+    }
+
+    pub fn stats(&self, since_ms: Option<i64>) -> Result<StatsResponse, ClientError> {
+        self.get(&since_target("/stats", since_ms))
+    }
+
     /// The job's output as a reader (endless with `follow` until the job ends).
     pub fn logs(&self, id: u64, query: &LogsQuery) -> Result<impl Read + use<>, ClientError> {
         let mut target = format!(
@@ -277,4 +286,11 @@ fn percent_encode(text: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+fn since_target(path: &str, since_ms: Option<i64>) -> String {
+    match since_ms {
+        Some(ms) => format!("{path}?since_ms={ms}"),
+        None => path.to_string(),
+    }
 }

@@ -289,6 +289,14 @@ pub struct GpuView {
     /// Whether one job holds the whole GPU.
     pub exclusive: bool,
     pub processes: Vec<GpuProcess>,
+    /// Mean utilisation over the monitor's samples of the last 5 minutes.
+    #[serde(default)]
+    pub util_5m: Option<f64>,
+    /// Power draw and temperature, when the GPU reports them.
+    #[serde(default)]
+    pub power_watts: Option<f64>,
+    #[serde(default)]
+    pub temperature_c: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -365,4 +373,77 @@ pub struct WorkflowTaskView {
     /// Its predicted time to the workflow's end along the longest path, in ms.
     pub critical_path_ms: i64,
     pub job: JobView,
+}
+
+/// `GET /v1/audit?since_ms=MS` and `GET /v1/stats?since_ms=MS`: how far back to look (a
+/// duration before now; absent: everything kept).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SinceQuery {
+    pub since_ms: Option<i64>,
+}
+
+/// One waste decision from the audit log (`baton audit --json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditView {
+    /// RFC 3339.
+    pub time: String,
+    /// `zombie`, `idle_job` or `held_after_exit`.
+    pub rule: String,
+    /// `null` for a process of no job (a stranger).
+    pub job_id: Option<u64>,
+    pub pid: Option<u32>,
+    pub gpu: Option<u32>,
+    /// `notify`, `deprioritize`, `sigterm`, `sigkill` or `skip`.
+    pub action: String,
+    /// `dry-run`, `skipped`, `pending`, or what carrying it out did (`SIGTERM sent to pid 42`,
+    /// `failed: …`).
+    pub outcome: String,
+    pub dry_run: bool,
+    /// One line for people.
+    pub message: String,
+    /// The samples and the threshold behind the decision.
+    pub evidence: serde_json::Value,
+}
+
+/// `GET /v1/stats`: the efficiency figures an admin reports (`baton stats`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatsResponse {
+    /// RFC 3339: the start of the period.
+    pub since: String,
+    pub until: String,
+    /// Mean utilisation of every GPU over the period, from the monitor's samples.
+    pub cluster_util_pct: Option<f64>,
+    pub gpus: Vec<GpuStats>,
+    /// GPU-hours held by each owner's jobs in the period, most first.
+    pub owners: Vec<OwnerStats>,
+    /// GPU-hours held by jobs in the period.
+    pub allocated_gpu_hours: f64,
+    /// Of the allocated GPU time the monitor sampled, the share at or below the idle
+    /// threshold (`[waste.idle_job] max_util`).
+    pub idle_share: Option<f64>,
+    pub idle_gpu_hours: f64,
+    /// Waste decisions in the period, by rule and action.
+    pub waste_actions: Vec<WasteCount>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuStats {
+    pub gpu: u32,
+    pub util_pct: Option<f64>,
+    pub samples: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OwnerStats {
+    pub owner: String,
+    pub gpu_hours: f64,
+    pub jobs: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WasteCount {
+    pub rule: String,
+    pub action: String,
+    pub dry_run: bool,
+    pub count: u64,
 }

@@ -112,6 +112,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.gpus,
         home.display()
     );
+    // Waste control on, with thresholds for a demo: a process of no job that holds GPU memory
+    // for 2 s is stopped.
+    std::fs::write(
+        home.join("config.toml"),
+        "[waste]\nmode = \"enforce\"\nsample_interval = \"1s\"\ngrace = \"2s\"\n\n\
+         [waste.zombie]\nmin_mem = \"1GiB\"\nafter = \"2s\"\n",
+    )?;
+    // A stray process on the last GPU holding 2 GiB for no job, as a crashed notebook leaves.
+    let mut stray = std::process::Command::new("sleep")
+        .arg("120")
+        .env_remove("BATON_JOB_ID")
+        .stdin(Stdio::null())
+        .spawn()
+        .context("cannot start the demo's stray process")?;
+    let gpu_dir = home
+        .join("sim")
+        .join(format!("gpu{}", args.gpus.saturating_sub(1)));
+    std::fs::create_dir_all(&gpu_dir)?;
+    std::fs::write(gpu_dir.join(stray.id().to_string()), "2147483648 0\n")?;
     let exe = std::env::current_exe()?;
     let log = std::fs::File::create(home.join("daemon.log"))?;
     let mut daemon = std::process::Command::new(exe)
@@ -129,7 +148,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .stderr(log)
         .spawn()
         .context("cannot start the demo daemon")?;
-    let result = tour(&home, args.gpus);
+    let result = tour(&home, args.gpus, &mut stray);
+    let _ = stray.kill();
+    let _ = stray.wait();
     // Stop the daemon and tidy up whatever happened.
     if let Some(pid) = rustix::process::Pid::from_raw(daemon.id() as i32) {
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
@@ -143,7 +164,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     result.map(|_| ExitCode::SUCCESS)
 }
 
-fn tour(home: &Path, gpu_count: u32) -> anyhow::Result<()> {
+fn tour(home: &Path, gpu_count: u32, stray: &mut std::process::Child) -> anyhow::Result<()> {
     let client = Client::new(home.join("baton.sock"));
     let started = Instant::now();
     while client.info().is_err() {
@@ -260,9 +281,48 @@ fn tour(home: &Path, gpu_count: u32) -> anyhow::Result<()> {
             None => println!("\n(the demo agent's inbox got nothing; see the daemon log)"),
         }
     }
+    show_waste_control(&client, stray)?;
     println!(
         "\ndone in {:.1}s. Try it for real: `baton submit --gpus 1 -- python train.py`, then `baton wait ID`.",
         started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The GPU monitor's part of the tour: the stray process the demo put on the last GPU is found to
+/// belong to no job, and stopped; `baton audit` shows each step.
+fn show_waste_control(client: &Client, stray: &mut std::process::Child) -> anyhow::Result<()> {
+    let pid = stray.id();
+    let until = Instant::now() + Duration::from_secs(10);
+    let entries = loop {
+        let entries = client.audit(None)?;
+        let done = entries
+            .iter()
+            .any(|e| e.pid == Some(pid) && e.action == "sigterm" && e.outcome != "pending");
+        if done || Instant::now() > until {
+            break entries;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    println!(
+        "\nMeanwhile the GPU monitor found process {pid} holding 2 GiB on a GPU for no job (the demo \
+         started it, as a crashed notebook would leave one). With `mode = \"enforce\"` in \
+         config.toml it was stopped:\n\n$ baton audit"
+    );
+    for e in entries.iter().filter(|e| e.pid == Some(pid)) {
+        println!("  {} {} {}: {}", e.time, e.rule, e.action, e.message);
+        println!("      -> {}", e.outcome);
+    }
+    let stopped = (0..50).any(|_| {
+        let gone = matches!(stray.try_wait(), Ok(Some(_)));
+        if !gone {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        gone
+    });
+    println!(
+        "  process {pid}: {}",
+        if stopped { "gone" } else { "still running" }
     );
     Ok(())
 }

@@ -20,8 +20,8 @@ pub fn run(json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<4} {:<26} {:>21} {:>5}  {:<12} PROCESSES",
-        "GPU", "MODEL", "MEMORY USED/TOTAL", "UTIL", "JOBS"
+        "{:<4} {:<26} {:>21} {:>5} {:>6} {:>6} {:>5}  {:<12} PROCESSES",
+        "GPU", "MODEL", "MEMORY USED/TOTAL", "UTIL", "5MIN", "POWER", "TEMP", "JOBS"
     );
     for g in &resp.gpus {
         let util = g
@@ -57,9 +57,21 @@ pub fn run(json: bool) -> anyhow::Result<ExitCode> {
             format_size(g.memory_used),
             format_size(g.memory_total)
         );
+        let util_5m = g
+            .util_5m
+            .map(|u| format!("{u:.0}%"))
+            .unwrap_or_else(|| "-".into());
+        let power = g
+            .power_watts
+            .map(|w| format!("{w:.0}W"))
+            .unwrap_or_else(|| "-".into());
+        let temp = g
+            .temperature_c
+            .map(|t| format!("{t:.0}C"))
+            .unwrap_or_else(|| "-".into());
         println!(
-            "{:<4} {:<26} {:>21} {:>5}  {:<12} {}",
-            g.index, g.model, memory, util, jobs, procs
+            "{:<4} {:<26} {:>21} {:>5} {:>6} {:>6} {:>5}  {:<12} {}",
+            g.index, g.model, memory, util, util_5m, power, temp, jobs, procs
         );
     }
     println!("backend: {}", resp.backend);

@@ -2,6 +2,7 @@
 //! daemon through `crate::api::client`, and prints human text or `--json`.
 
 pub mod agent;
+mod audit;
 mod cancel;
 mod completions;
 mod demo;
@@ -12,6 +13,7 @@ pub mod output;
 mod report;
 mod serve;
 mod sim;
+mod stats;
 mod status;
 mod submit;
 pub(crate) mod wait;
@@ -54,6 +56,10 @@ pub enum Command {
     Events(events::Args),
     /// Show each GPU: model, memory, utilisation, and the jobs on it.
     Gpus,
+    /// What the GPU waste rules decided and did (`--since 1h`).
+    Audit(audit::Args),
+    /// GPU utilisation, GPU-hours by owner, idle share and waste actions (`--since 7d`).
+    Stats(stats::Args),
     /// A self-contained tour on simulated GPUs in a temporary state directory.
     Demo(demo::Args),
     /// Serve baton's tools to an agent over MCP (stdio): submit_job, wait_for_jobs, job_report...
@@ -124,6 +130,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Logs(args) => logs::run(args, json),
         Command::Events(args) => events::run(args, json),
         Command::Gpus => gpus::run(json),
+        Command::Audit(args) => audit::run(args, json),
+        Command::Stats(args) => stats::run(args, json),
     }
 }
 

@@ -34,6 +34,10 @@ pub struct Args {
     /// How long ended jobs stay in `baton status` without --all.
     #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DUR")]
     recent: i64,
+    /// Also serve Prometheus metrics (`GET /metrics`) over TCP on this address, e.g.
+    /// 127.0.0.1:9464. The socket always serves them.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -86,13 +90,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .into());
     }
 
+    let settings =
+        crate::config::load(&home.join("config.toml")).map_err(|e| UsageError(e.to_string()))?;
     let store = Store::open(&home.join("baton.db"))?;
-    let probe = crate::gpu::detect(args.sim_gpus);
+    let probe = crate::gpu::detect(args.sim_gpus, home.join("sim"));
     let config = Config {
         home: home.clone(),
         system: args.system,
         grace_ms: args.grace,
         recent_ms: args.recent,
+        waste: settings.waste,
     };
     let exe = std::env::current_exe().context("cannot find the baton binary")?;
     let daemon = Daemon::new(config, store, probe, exe)?;
@@ -103,11 +110,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()?;
     rt.block_on(async move {
         let listener = bind(&socket, args.system)?;
+        let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+        if let Some(addr) = args.metrics_addr {
+            let tcp = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+            // The bound address, which differs from the asked one for port 0.
+            let bound = tcp.local_addr().unwrap_or(addr);
+            tracing::info!("serving Prometheus metrics on http://{bound}/metrics");
+            let metrics = daemon.metrics.clone();
+            tokio::spawn(async move {
+                let stopped = async {
+                    let _ = metrics_stopped.await;
+                };
+                if let Err(e) = crate::metrics::serve_tcp(tcp, metrics, stopped).await {
+                    tracing::error!("the metrics server failed: {e}");
+                }
+            });
+        }
         tracing::info!(socket = %socket.display(), home = %home.display(), "baton daemon ready");
         Arc::clone(&daemon)
             .run(listener, shutdown_signal())
             .await
             .context("the API server failed")?;
+        let _ = stop_metrics.send(());
         let _ = fs::remove_file(&socket);
         drop(lock);
         Ok(ExitCode::SUCCESS)

@@ -6,6 +6,7 @@
 mod auth;
 mod error;
 mod handlers;
+mod monitor;
 mod outbox;
 mod views;
 
@@ -41,6 +42,8 @@ pub struct Config {
     pub grace_ms: Millis,
     /// `status` without ids shows jobs that ended this recently.
     pub recent_ms: Millis,
+    /// The GPU monitor's interval and the waste rules (`[waste]` in config.toml).
+    pub waste: baton_core::waste::WasteConfig,
 }
 
 pub struct Daemon {
@@ -65,6 +68,8 @@ pub struct Daemon {
     gpus: Vec<Gpu>,
     /// The uid the daemon runs as; in user mode, the only one (besides root) it serves.
     uid: u32,
+    /// What `GET /metrics` serves.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 struct Inner {
@@ -83,6 +88,8 @@ struct Inner {
     workflows: HashMap<u64, WorkflowRecord>,
     /// GPU use of jobs that ended in the last `USAGE_WINDOW_MS`, for fair share.
     recent_uses: Vec<baton_core::fair_share::Use>,
+    /// The GPU monitor's series and the waste engine's state.
+    monitor: monitor::MonitorState,
 }
 
 /// How far back ended jobs count for fair share (seven half-lives: what is older weighs < 1%).
@@ -127,6 +134,7 @@ impl Daemon {
             })
             .collect();
         let (ended, ended_rx) = unbounded_channel();
+        let monitor_state = monitor::MonitorState::new(config.waste.clone());
         Ok(Arc::new(Daemon {
             config,
             inner: Mutex::new(Inner {
@@ -138,6 +146,7 @@ impl Daemon {
                 delivering: HashSet::new(),
                 workflows,
                 recent_uses,
+                monitor: monitor_state,
             }),
             wake: Notify::new(),
             changed: watch::Sender::new(0),
@@ -151,6 +160,7 @@ impl Daemon {
             gpu_info,
             gpus,
             uid: rustix::process::geteuid().as_raw(),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
         }))
     }
 
@@ -181,6 +191,7 @@ impl Daemon {
         let reports = ended.map(|rx| tokio::spawn(self.clone().report_loop(rx)));
         let outbox = tokio::spawn(self.clone().outbox_loop());
         let leases = tokio::spawn(self.clone().lease_loop());
+        let monitor = tokio::spawn(self.clone().monitor_loop());
         let app = handlers::router(self.clone());
         let me = self.clone();
         let result = axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
@@ -193,6 +204,7 @@ impl Daemon {
         scheduler.abort();
         outbox.abort();
         leases.abort();
+        monitor.abort();
         if let Some(reports) = reports {
             reports.abort();
         }
@@ -229,6 +241,8 @@ impl Daemon {
                     return;
                 }
             };
+            self.metrics
+                .set_queue(pending.len() as i64, running.len() as i64);
             if pending.is_empty() {
                 return;
             }
@@ -287,7 +301,22 @@ impl Daemon {
                     tracing::error!("cannot record job starts; not starting them: {e}");
                     return;
                 }
+                self.metrics.set_queue(
+                    (pending.len() - starts.len()) as i64,
+                    (running.len() + starts.len()) as i64,
+                );
                 for (id, gpus) in starts {
+                    // Submit-to-start latency of jobs that could start at once (no dependency,
+                    // never waited for GPUs): what the dispatch path costs.
+                    if let Some(job) = inner.active.get(&id)
+                        && job.deps.is_empty()
+                        && job.attempt == 0
+                        && !inner.waiting.contains_key(&id)
+                    {
+                        self.metrics.observe_schedule_latency(
+                            (now - job.submitted_at).max(0) as f64 / 1000.0,
+                        );
+                    }
                     if let Some(job) = inner.active.get_mut(&id) {
                         job.state = JobState::Running;
                         job.gpus = gpus;
@@ -503,6 +532,12 @@ impl Daemon {
             tracing::error!(job = id.0, "cannot record the end of the job: {e}");
         }
         let ended = inner.active.remove(&id);
+        if let Some(job) = &ended {
+            let ran = job
+                .started_at
+                .map(|s| (ending.at - s).max(0) as f64 / 1000.0);
+            self.metrics.job_ended(ending.state.as_str(), ran);
+        }
         if let Some(u) = ended.as_ref().and_then(|j| use_of(j, Some(ending.at))) {
             let horizon = ending.at - USAGE_WINDOW_MS;
             inner

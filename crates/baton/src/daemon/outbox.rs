@@ -77,7 +77,21 @@ impl Daemon {
                     },
                     None => report::Look::Here,
                 };
-                let built = report::build(&job, &files, &self.gpu_info, &self.config.home, look);
+                let usage = match self.lock().store.job_usage(id, job.attempt) {
+                    Ok(usage) => usage,
+                    Err(e) => {
+                        tracing::warn!(job = id.0, "no GPU usage for the report: {e}");
+                        Vec::new()
+                    }
+                };
+                let built = report::build(
+                    &job,
+                    &files,
+                    &self.gpu_info,
+                    &usage,
+                    &self.config.home,
+                    look,
+                );
                 tracing::info!(
                     job = id.0,
                     build_ms = started.elapsed().as_secs_f64() * 1000.0,
@@ -250,6 +264,12 @@ impl Daemon {
         };
         match &outcome {
             Outcome::Delivered => {
+                if let Some(ended) = job.ended_at {
+                    self.metrics.observe_wakeup_latency(
+                        d.channel.kind(),
+                        (now - ended).max(0) as f64 / 1000.0,
+                    );
+                }
                 tracing::info!(job = job.id.0, channel = %spec, latency_ms = now - job.ended_at.unwrap_or(now), "report delivered")
             }
             Outcome::Gone(why) => {
@@ -277,7 +297,12 @@ impl Daemon {
     /// Delivers as the job's owner. In system mode everything that touches the owner's files,
     /// sessions or commands runs in a child process with the owner's identity, so a user cannot
     /// make the root daemon write where they could not.
-    async fn deliver_as_owner(&self, job: &JobRecord, channel: &Channel, msg: &Message) -> Outcome {
+    pub(super) async fn deliver_as_owner(
+        &self,
+        job: &JobRecord,
+        channel: &Channel,
+        msg: &Message,
+    ) -> Outcome {
         let as_other = self.config.system && job.owner_uid != self.uid;
         if !as_other || matches!(channel, Channel::Webhook { .. }) {
             return notify::deliver(channel, msg).await;

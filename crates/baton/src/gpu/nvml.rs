@@ -3,7 +3,9 @@
 
 use nvml_wrapper::Nvml;
 
-use super::{GpuInfo, GpuProbe, GpuSample};
+use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
+
+use super::{GpuInfo, GpuProbe, GpuSample, ProcessSample};
 
 pub struct NvmlProbe {
     nvml: Nvml,
@@ -34,6 +36,7 @@ impl GpuProbe for NvmlProbe {
                     index,
                     model: dev.name().unwrap_or_else(|_| "unknown NVIDIA GPU".into()),
                     memory_total: dev.memory_info().map(|m| m.total).unwrap_or(0),
+                    uuid: dev.uuid().unwrap_or_default(),
                 })
             })
             .collect()
@@ -52,13 +55,19 @@ impl GpuProbe for NvmlProbe {
                             nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => b,
                             nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => 0,
                         };
-                        (p.pid, used)
+                        ProcessSample {
+                            pid: p.pid,
+                            memory: used,
+                        }
                     })
                     .collect();
                 Some(GpuSample {
                     index,
                     memory_used: dev.memory_info().map(|m| m.used).unwrap_or(0),
                     utilization: dev.utilization_rates().ok().map(|u| u.gpu),
+                    // NVML reports milliwatts.
+                    power_watts: dev.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
+                    temperature_c: dev.temperature(TemperatureSensor::Gpu).ok().map(f64::from),
                     processes,
                 })
             })

@@ -18,6 +18,7 @@ mod webhook;
 
 use std::collections::BTreeMap;
 
+use baton_core::report::sanitize_line;
 use serde::{Deserialize, Serialize};
 
 pub use spec::{Channel, resolve};
@@ -129,6 +130,44 @@ impl Message {
             report_path: path.to_string(),
             env,
             cwd: cwd.to_string(),
+            end,
+        }
+    }
+}
+
+impl Message {
+    /// A notice about a running job from baton's GPU waste rules (it sits idle, it will be
+    /// stopped), sent through the job's channels.
+    pub fn notice(
+        job: &crate::store::JobRecord,
+        line: &str,
+        env: &BTreeMap<String, String>,
+    ) -> Message {
+        let end = format!("[end of baton notice for job {}]", job.id);
+        let text = format!(
+            "[baton] notice about job {id} ({name}), from baton's GPU waste rules; not a \
+             request:\n{line}\n{end}",
+            id = job.id,
+            name = sanitize_line(job.name.as_bytes()),
+            line = sanitize_line(line.as_bytes()),
+        );
+        let json = serde_json::json!({
+            "event": "job.waste_notice",
+            "job_id": job.id.0,
+            "state": job.state,
+            "message": line,
+        })
+        .to_string();
+        Message {
+            job: job.id.0,
+            state: job.state.to_string(),
+            exit_code: None,
+            text,
+            markdown: format!("{line}\n"),
+            json,
+            report_path: String::new(),
+            env: env.clone(),
+            cwd: job.cwd.clone(),
             end,
         }
     }

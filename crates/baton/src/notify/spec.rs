@@ -56,6 +56,18 @@ impl Channel {
         }
     }
 
+    /// The channel's kind: `claude`, `codex`, `tmux`, `webhook`, `cmd`, `file`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Channel::Claude { .. } => "claude",
+            Channel::Codex { .. } => "codex",
+            Channel::Tmux { .. } => "tmux",
+            Channel::Webhook { .. } => "webhook",
+            Channel::Cmd { .. } => "cmd",
+            Channel::File { .. } => "file",
+        }
+    }
+
     /// Channels that type into, or queue for, a live agent session. When that session is gone
     /// the report must still reach the inbox file.
     pub fn is_session(&self) -> bool {

@@ -2,7 +2,10 @@
 //! the daemon makes is committed here before it is acted on, so a crash at any point leaves a
 //! record the next daemon can recover from.
 
+mod monitor;
 mod schema;
+
+pub use monitor::{AuditEntry, GpuMinuteSample, JobGpuSample, JobGpuUsage};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -427,6 +430,16 @@ impl Store {
             if retry { "retry" } else { "requeued" },
             reason,
         )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Sets a job's priority (a waste rule deprioritised it).
+    pub fn set_priority(&mut self, id: JobId, priority: i64, at: Millis) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.prepare_cached("UPDATE jobs SET priority = ?1 WHERE id = ?2")?
+            .execute(params![priority, id.0 as i64])?;
+        log_event(&tx, id.0, at, "priority", &format!("priority {priority}"))?;
         tx.commit()?;
         Ok(())
     }

@@ -87,6 +87,46 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE deliveries ADD COLUMN workflow_id INTEGER;",
     // 5: the tasks a workflow task asked to share a node with (`colocate_with`), as job ids.
     "ALTER TABLE jobs ADD COLUMN colocate TEXT NOT NULL DEFAULT '[]';",
+    // 6: the GPU monitor (issue 6). `audit`: every waste decision and what came of it.
+    // `job_gpu_usage`: each attempt's use of each of its GPUs, kept up to date while it runs (the
+    // report and `baton stats` read it). `gpu_minutes`: each GPU's samples summed per minute.
+    "CREATE TABLE audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at INTEGER NOT NULL,
+        rule TEXT NOT NULL,
+        job_id INTEGER,
+        pid INTEGER,
+        gpu INTEGER,
+        action TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        dry_run INTEGER NOT NULL,
+        message TEXT NOT NULL,
+        evidence TEXT NOT NULL
+    );
+    CREATE INDEX audit_at ON audit (at);
+    CREATE TABLE job_gpu_usage (
+        job_id INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        gpu INTEGER NOT NULL,
+        sampled_ms INTEGER NOT NULL,
+        idle_ms INTEGER NOT NULL,
+        samples INTEGER NOT NULL,
+        util_samples INTEGER NOT NULL,
+        util_sum REAL NOT NULL,
+        util_peak REAL,
+        mem_peak INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (job_id, attempt, gpu)
+    );
+    CREATE TABLE gpu_minutes (
+        gpu INTEGER NOT NULL,
+        minute INTEGER NOT NULL,
+        samples INTEGER NOT NULL,
+        util_samples INTEGER NOT NULL,
+        util_sum REAL NOT NULL,
+        mem_peak INTEGER NOT NULL,
+        PRIMARY KEY (gpu, minute)
+    );",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

@@ -11,6 +11,7 @@ use crate::daemon::Daemon;
 pub async fn handle(State(daemon): State<Arc<Daemon>>) -> Json<GpusResponse> {
     let samples = daemon.probe.sample();
     let running = daemon.running();
+    let util_5m = daemon.recent_utilisation(5 * 60_000);
     let gpus = daemon
         .gpu_info
         .iter()
@@ -36,10 +37,16 @@ pub async fn handle(State(daemon): State<Arc<Daemon>>) -> Json<GpusResponse> {
                     .map(|s| {
                         s.processes
                             .iter()
-                            .map(|&(pid, memory_used)| GpuProcess { pid, memory_used })
+                            .map(|p| GpuProcess {
+                                pid: p.pid,
+                                memory_used: p.memory,
+                            })
                             .collect()
                     })
                     .unwrap_or_default(),
+                util_5m: util_5m.get(&info.index).copied().flatten(),
+                power_watts: sample.and_then(|s| s.power_watts),
+                temperature_c: sample.and_then(|s| s.temperature_c),
             }
         })
         .collect();

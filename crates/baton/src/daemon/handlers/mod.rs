@@ -1,13 +1,16 @@
 //! The HTTP routes of the API, one file per route. Every handler speaks the protocol types of
 //! `crate::api` and goes through the same `Daemon` methods.
 
+mod audit;
 mod cancel;
 mod events;
 mod gpus;
 mod info;
 mod list;
 mod logs;
+mod metrics;
 mod report;
+mod stats;
 mod submit;
 mod wait;
 mod workflow;
@@ -31,11 +34,14 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/wait", post(wait::handle))
         .route("/cancel", post(cancel::handle))
         .route("/gpus", get(gpus::handle))
+        .route("/audit", get(audit::handle))
+        .route("/stats", get(stats::handle))
         .route("/workflows", post(workflow::submit))
         .route("/workflows/{id}", get(workflow::status))
         .route("/workflows/{id}/cancel", post(workflow::cancel));
     Router::new()
         .nest(crate::api::PREFIX, v1)
+        .route("/metrics", get(metrics::handle))
         .layer(axum::middleware::from_fn_with_state(
             daemon.clone(),
             auth::admit,

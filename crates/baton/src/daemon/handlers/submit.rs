@@ -33,6 +33,7 @@ pub async fn handle(
             }
         }
         let record = inner.store.insert(&job)?;
+        daemon.metrics.job_submitted();
         inner.active.insert(record.id, record.clone());
         let mut view = job_view(&record);
         let (position, start) = queue_outlook(&daemon, &inner, &record);

@@ -133,6 +133,9 @@ pub async fn submit(
             tasks,
         };
         let (wf, jobs) = inner.store.insert_workflow(&new)?;
+        for _ in &jobs {
+            daemon.metrics.job_submitted();
+        }
         for job in &jobs {
             inner.active.insert(job.id, job.clone());
         }

@@ -1,0 +1,139 @@
+//! `$BATON_HOME/config.toml`: the daemon's settings file. Optional; every key has a default.
+//! Read once when the daemon starts. Unknown sections and keys are errors (a typo must not
+//! silently leave a rule at its default), reported with the file, line and column.
+
+use std::path::{Path, PathBuf};
+
+use baton_core::waste::WasteConfig;
+use serde::Deserialize;
+
+/// Everything the file can say.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    /// The GPU monitor and waste rules (`[waste]`, `[waste.zombie]`, …).
+    pub waste: WasteConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{column}: {message}")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// Reads the settings at `path`; a missing file means all defaults.
+pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Settings::default()),
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    parse(&text, path)
+}
+
+/// Parses the text of a settings file named `path` (for messages).
+pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
+    let settings: Settings = toml::from_str(text).map_err(|e| {
+        let (line, column) = e
+            .span()
+            .map(|span| line_column(text, span.start))
+            .unwrap_or((1, 1));
+        ConfigError::Parse {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message: e.message().trim().to_string(),
+        }
+    })?;
+    settings
+        .waste
+        .validate()
+        .map_err(|e| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    Ok(settings)
+}
+
+/// 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_core::waste::WasteMode;
+
+    fn parse_str(text: &str) -> Result<Settings, ConfigError> {
+        parse(text, Path::new("config.toml"))
+    }
+
+    #[test]
+    fn a_missing_file_is_all_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = load(&dir.path().join("config.toml")).unwrap();
+        assert_eq!(s.waste.mode, WasteMode::DryRun);
+        assert_eq!(s.waste.sample_interval, 5_000);
+    }
+
+    #[test]
+    fn the_waste_section_is_read() {
+        let s = parse_str(
+            "[waste]\nmode = \"enforce\"\nsample_interval = \"1s\"\ngrace = \"2s\"\n\n\
+             [waste.zombie]\nmin_mem = \"2GiB\"\nafter = \"3s\"\n\n\
+             [waste.idle_job]\nmax_util = 3\nwarn_after = \"4s\"\nact_after = \"8s\"\n\n\
+             [waste.allow]\nusers = [\"alice\"]\ntags = [\"serving\"]\n",
+        )
+        .unwrap();
+        let w = &s.waste;
+        assert_eq!(w.mode, WasteMode::Enforce);
+        assert_eq!((w.sample_interval, w.grace), (1_000, 2_000));
+        assert_eq!((w.zombie.min_mem, w.zombie.after), (2 << 30, 3_000));
+        assert_eq!(w.idle_job.max_util, 3.0);
+        assert_eq!(
+            (w.idle_job.warn_after, w.idle_job.act_after),
+            (4_000, 8_000)
+        );
+        assert_eq!(w.allow.users, ["alice"]);
+    }
+
+    #[test]
+    fn typos_and_bad_values_name_the_line_and_column() {
+        let err = parse_str("[waste]\nmode = \"enforce\"\n\n[waste.zombi]\nafter = \"1m\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("config.toml:4:"), "{err}");
+        assert!(err.contains("zombi"), "{err}");
+        let err = parse_str("[waste]\nmode = \"kill-everything\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("config.toml:2:8"), "{err}");
+        let err = parse_str("[waste.idle_job]\nwarn_after = \"2h\"\nact_after = \"1h\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("warn_after"), "{err}");
+        let err = parse_str("[wast]\n").unwrap_err().to_string();
+        assert!(err.starts_with("config.toml:1:"), "{err}");
+    }
+}

@@ -1,0 +1,144 @@
+//! `GET /v1/stats`: the figures an admin reports for a period: GPU utilisation (from the
+//! monitor's per-minute sums), GPU-hours by owner (from the jobs' start and end times), the
+//! share of allocated GPU time that sat idle, and the waste decisions taken.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Query, State};
+use baton_core::JobState;
+
+use crate::api::{GpuStats, OwnerStats, SinceQuery, StatsResponse, WasteCount};
+use crate::daemon::views::rfc3339;
+use crate::daemon::{ApiError, Daemon, now_ms};
+use crate::store::JobRecord;
+
+const HOUR_MS: f64 = 3_600_000.0;
+
+pub async fn handle(
+    State(daemon): State<Arc<Daemon>>,
+    Query(q): Query<SinceQuery>,
+) -> Result<Json<StatsResponse>, ApiError> {
+    let now = now_ms();
+    let since = q.since_ms.map_or(0, |ms| now - ms.max(0));
+    let inner = daemon.lock();
+    let gpus: Vec<GpuStats> = inner
+        .store
+        .gpu_utilisation_since(since)?
+        .into_iter()
+        .map(|g| GpuStats {
+            gpu: g.gpu,
+            util_pct: g.mean_util.map(round1),
+            samples: g.samples,
+        })
+        .collect();
+    let known: Vec<f64> = gpus.iter().filter_map(|g| g.util_pct).collect();
+    let cluster_util_pct =
+        (!known.is_empty()).then(|| round1(known.iter().sum::<f64>() / known.len() as f64));
+
+    // Jobs that held GPUs at some point in the period: ended in it, or still running.
+    let mut jobs: Vec<JobRecord> = inner.store.ended_since(since)?;
+    jobs.extend(
+        inner
+            .active
+            .values()
+            .filter(|j| j.state == JobState::Running)
+            .cloned(),
+    );
+    let mut owners: BTreeMap<String, (f64, u64)> = BTreeMap::new();
+    let mut allocated_ms = 0.0;
+    for job in &jobs {
+        let Some(start) = job.started_at else {
+            continue;
+        };
+        let held = held_gpus(&daemon, job);
+        if held == 0.0 {
+            continue;
+        }
+        let end = job.ended_at.unwrap_or(now);
+        let overlap = (end.min(now) - start.max(since)).max(0) as f64;
+        let ms = held * overlap;
+        allocated_ms += ms;
+        let entry = owners.entry(job.owner.clone()).or_default();
+        entry.0 += ms;
+        entry.1 += 1;
+    }
+    let mut owners: Vec<OwnerStats> = owners
+        .into_iter()
+        .map(|(owner, (ms, jobs))| OwnerStats {
+            owner,
+            gpu_hours: round4(ms / HOUR_MS),
+            jobs,
+        })
+        .collect();
+    owners.sort_by(|a, b| b.gpu_hours.total_cmp(&a.gpu_hours));
+
+    let usage = inner.store.usage_since(since)?;
+    let sampled: i64 = usage.iter().map(|u| u.sampled_ms).sum();
+    let idle: i64 = usage.iter().map(|u| u.idle_ms).sum();
+    let idle_share = (sampled > 0).then(|| round3(idle as f64 / sampled as f64));
+
+    let mut counts: HashMap<(String, String, bool), u64> = HashMap::new();
+    for e in inner.store.audit_since(since)? {
+        *counts.entry((e.rule, e.action, e.dry_run)).or_default() += 1;
+    }
+    let mut waste_actions: Vec<WasteCount> = counts
+        .into_iter()
+        .map(|((rule, action, dry_run), count)| WasteCount {
+            rule,
+            action,
+            dry_run,
+            count,
+        })
+        .collect();
+    waste_actions
+        .sort_by(|a, b| (&a.rule, &a.action, a.dry_run).cmp(&(&b.rule, &b.action, b.dry_run)));
+    Ok(Json(StatsResponse {
+        since: rfc3339(since),
+        until: rfc3339(now),
+        cluster_util_pct,
+        gpus,
+        owners,
+        allocated_gpu_hours: round4(allocated_ms / HOUR_MS),
+        idle_share,
+        idle_gpu_hours: round4(idle as f64 / HOUR_MS),
+        waste_actions,
+    }))
+}
+
+/// GPUs a job held: whole GPUs count one each; a memory-sized job its share of each GPU.
+fn held_gpus(daemon: &Daemon, job: &JobRecord) -> f64 {
+    match job.request.mem_per_gpu {
+        None => job.gpus.len() as f64,
+        Some(mem) => job
+            .gpus
+            .iter()
+            .map(|g| {
+                let total = daemon
+                    .gpu_info
+                    .iter()
+                    .find(|i| i.index == *g)
+                    .map_or(0, |i| i.memory_total);
+                if total == 0 {
+                    0.0
+                } else {
+                    (mem as f64 / total as f64).min(1.0)
+                }
+            })
+            .sum(),
+    }
+}
+
+fn round1(v: f64) -> f64 {
+    (v * 10.0).round() / 10.0
+}
+
+/// GPU-hours to a third of a second of one GPU: short test and demo jobs still show.
+fn round4(v: f64) -> f64 {
+    (v * 10_000.0).round() / 10_000.0
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}

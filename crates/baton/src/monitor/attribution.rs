@@ -1,0 +1,118 @@
+//! Which baton job a GPU process belongs to: the `BATON_JOB_ID` in its environment, or in its
+//! nearest ancestor's. Every job is started with that variable, and children inherit it, so a
+//! data-loader worker or a `torchrun` rank is found through its own environment or its parent's.
+//! A process whose environment cannot be read (another user's, for a daemon that is not root)
+//! counts as belonging to no job.
+
+use std::fs;
+
+use baton_core::JobId;
+
+/// How far up the process tree to look before giving up.
+const MAX_DEPTH: usize = 32;
+
+/// What /proc says about a GPU process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessFacts {
+    pub pid: u32,
+    /// Its real user id, when readable.
+    pub uid: Option<u32>,
+    /// The job found in its environment or an ancestor's.
+    pub job: Option<JobId>,
+    /// Its start time in clock ticks since boot: with the pid, it names the process for good
+    /// (a pid is reused; a pid and a start time are not), so a signal never hits a newcomer.
+    pub start_time: Option<u64>,
+}
+
+/// Looks `pid` up in /proc.
+pub fn facts(pid: u32) -> ProcessFacts {
+    let mut job = None;
+    let mut at = pid;
+    for _ in 0..MAX_DEPTH {
+        if let Some(found) = job_in_environ(at) {
+            job = Some(found);
+            break;
+        }
+        match parent(at) {
+            Some(p) if p > 1 && p != at => at = p,
+            _ => break,
+        }
+    }
+    ProcessFacts {
+        pid,
+        uid: uid(pid),
+        job,
+        start_time: crate::executor::process_start_time(pid as i32),
+    }
+}
+
+/// `BATON_JOB_ID` in the process's environment (as it was at exec).
+fn job_in_environ(pid: u32) -> Option<JobId> {
+    let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ.split(|&b| b == 0).find_map(|var| {
+        let value = var.strip_prefix(b"BATON_JOB_ID=")?;
+        std::str::from_utf8(value).ok()?.parse().ok().map(JobId)
+    })
+}
+
+/// The parent pid, from `/proc/PID/stat` (the field after the state, which follows the
+/// parenthesised command name; the name itself may contain spaces and parentheses).
+fn parent(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The real uid, from `/proc/PID/status`.
+fn uid(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+
+    #[test]
+    fn a_child_is_found_through_its_parents_environment() {
+        // A shell with BATON_JOB_ID starts a child that clears its environment: the child's
+        // own environ has no id, its parent's does.
+        let mut shell = Command::new("sh")
+            .args(["-c", "env -i sleep 30 & echo $!; wait"])
+            .env("BATON_JOB_ID", "4242")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(shell.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let child: u32 = line.trim().parse().unwrap();
+        // `env -i` execs sleep: wait until the exec has happened (its environ is empty).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while job_in_environ(child).is_some() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(job_in_environ(child), None);
+        let f = facts(child);
+        assert_eq!(f.job, Some(JobId(4242)));
+        assert_eq!(f.uid, Some(rustix::process::getuid().as_raw()));
+        assert!(f.start_time.is_some());
+        let _ = Command::new("kill").arg(child.to_string()).status();
+        let _ = shell.wait();
+
+        let me = facts(std::process::id());
+        let mine = std::env::var("BATON_JOB_ID")
+            .ok()
+            .and_then(|v| v.parse().ok());
+        assert_eq!(me.job, mine.map(JobId), "the test runner's own job, if any");
+    }
+}
