@@ -13,6 +13,8 @@ use serde::Deserialize;
 pub struct Settings {
     /// The GPU monitor and waste rules (`[waste]`, `[waste.zombie]`, …).
     pub waste: WasteConfig,
+    /// Where jobs run: this machine (default) or a Slurm cluster (`[backend] kind = "slurm"`).
+    pub backend: crate::slurm::BackendSettings,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -13,6 +13,7 @@ mod monitor;
 mod notify;
 mod paths;
 mod report;
+mod slurm;
 mod store;
 mod users;
 

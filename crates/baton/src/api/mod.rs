@@ -159,6 +159,14 @@ pub struct JobView {
     /// (a job in the way has no time limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_start: Option<String>,
+    /// Under the Slurm backend: the Slurm job id of its current attempt, the nodes it runs
+    /// on, and Slurm's state for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job_id: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_nodes: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_state: Option<String>,
 }
 
 /// `GET /v1/jobs?ids=1,2&all=true`: the named jobs, or the queue.

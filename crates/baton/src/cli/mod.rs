@@ -13,6 +13,7 @@ pub mod output;
 mod report;
 mod serve;
 mod sim;
+mod slurm_mail;
 mod stats;
 mod status;
 mod submit;
@@ -84,6 +85,9 @@ pub enum Command {
     /// Internal: forks supervisors for the daemon (its stdin is the daemon's socket).
     #[command(hide = true)]
     Spawner,
+    /// A Slurm MailProg that tells baton daemons their jobs ended (and hands other mail on).
+    #[command(hide = true)]
+    SlurmMail(slurm_mail::Args),
     /// Internal: one report delivery run as the job's owner by the system daemon.
     #[command(hide = true)]
     Deliver,
@@ -131,6 +135,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Events(args) => events::run(args, json),
         Command::Gpus => gpus::run(json),
         Command::Audit(args) => audit::run(args, json),
+        Command::SlurmMail(args) => slurm_mail::run(args),
         Command::Stats(args) => stats::run(args, json),
     }
 }

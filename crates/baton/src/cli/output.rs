@@ -81,6 +81,14 @@ pub fn job_table(jobs: &[JobView]) -> String {
 /// The reason, and for a queued job the latest predicted start when there is one.
 fn reason_column(job: &JobView) -> String {
     let mut reason = job.reason.clone().unwrap_or_default();
+    if reason.is_empty()
+        && let Some(sid) = job.slurm_job_id
+    {
+        reason = match &job.slurm_nodes {
+            Some(nodes) => format!("Slurm job {sid} on {nodes}"),
+            None => format!("Slurm job {sid}"),
+        };
+    }
     if job.state == "queued"
         && !reason.contains("reserved to start")
         && let Some(at) = parse_time(&job.predicted_start)

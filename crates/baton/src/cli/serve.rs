@@ -100,6 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         grace_ms: args.grace,
         recent_ms: args.recent,
         waste: settings.waste,
+        backend: settings.backend,
     };
     let exe = std::env::current_exe().context("cannot find the baton binary")?;
     let daemon = Daemon::new(config, store, probe, exe)?;

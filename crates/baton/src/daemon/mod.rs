@@ -8,6 +8,7 @@ mod error;
 mod handlers;
 mod monitor;
 mod outbox;
+mod slurm;
 mod views;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -44,6 +45,8 @@ pub struct Config {
     pub recent_ms: Millis,
     /// The GPU monitor's interval and the waste rules (`[waste]` in config.toml).
     pub waste: baton_core::waste::WasteConfig,
+    /// Where jobs run (`[backend]` in config.toml).
+    pub backend: crate::slurm::BackendSettings,
 }
 
 pub struct Daemon {
@@ -70,6 +73,10 @@ pub struct Daemon {
     uid: u32,
     /// What `GET /metrics` serves.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Under `[backend] kind = "slurm"`: the cluster that runs the jobs.
+    slurm: Option<crate::slurm::Slurm>,
+    /// Asks the Slurm tracker to look now (a submission, a cancel, Slurm's end-of-job mail).
+    pub slurm_wake: Arc<Notify>,
 }
 
 struct Inner {
@@ -135,6 +142,10 @@ impl Daemon {
             .collect();
         let (ended, ended_rx) = unbounded_channel();
         let monitor_state = monitor::MonitorState::new(config.waste.clone());
+        let uid = rustix::process::geteuid().as_raw();
+        let slurm = (config.backend.kind == crate::slurm::BackendKind::Slurm).then(|| {
+            crate::slurm::Slurm::new(config.backend.clone(), slurm::tag_for(&config.home, uid))
+        });
         Ok(Arc::new(Daemon {
             config,
             inner: Mutex::new(Inner {
@@ -159,8 +170,10 @@ impl Daemon {
             probe,
             gpu_info,
             gpus,
-            uid: rustix::process::geteuid().as_raw(),
+            uid,
             metrics: Arc::new(crate::metrics::Metrics::new()),
+            slurm,
+            slurm_wake: Arc::new(Notify::new()),
         }))
     }
 
@@ -192,6 +205,10 @@ impl Daemon {
         let outbox = tokio::spawn(self.clone().outbox_loop());
         let leases = tokio::spawn(self.clone().lease_loop());
         let monitor = tokio::spawn(self.clone().monitor_loop());
+        let tracker = self
+            .slurm
+            .is_some()
+            .then(|| tokio::spawn(self.clone().slurm_loop()));
         let app = handlers::router(self.clone());
         let me = self.clone();
         let result = axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
@@ -205,6 +222,9 @@ impl Daemon {
         outbox.abort();
         leases.abort();
         monitor.abort();
+        if let Some(tracker) = tracker {
+            tracker.abort();
+        }
         if let Some(reports) = reports {
             reports.abort();
         }
@@ -228,7 +248,12 @@ impl Daemon {
     }
 
     /// One scheduling pass: decide with the pure core, commit the decisions, then act on them.
+    /// Under Slurm, Slurm decides: the pass submits instead.
     fn schedule(self: &Arc<Self>) {
+        if self.slurm.is_some() {
+            self.slurm_pass();
+            return;
+        }
         let now = now_ms();
         let mut launches = Vec::new();
         let mut cascade = false;
@@ -482,6 +507,13 @@ impl Daemon {
         };
         inner.supervisors.remove(&id);
         let ending = ending_for(&job, exit.as_ref(), now);
+        self.conclude_attempt(inner, &job, ending);
+    }
+
+    /// The end of a running attempt, by either backend: back to the queue if the job failed
+    /// and has retries left, else its terminal state.
+    fn conclude_attempt(&self, mut inner: MutexGuard<'_, Inner>, job: &JobRecord, ending: Ending) {
+        let (id, now) = (job.id, now_ms());
         if ending.state == JobState::Failed && job.attempt <= job.retries {
             let left = job.retries + 1 - job.attempt;
             let reason = format!(
@@ -504,6 +536,9 @@ impl Daemon {
                 j.exit_code = ending.exit_code;
                 j.signal = ending.signal;
                 j.cancel_requested_by = None;
+                j.slurm_id = None;
+                j.slurm_submitting_at = None;
+                j.slurm_nodes = None;
             }
             drop(inner);
             self.notify_changed();
@@ -730,7 +765,8 @@ impl Daemon {
     /// Picks up the jobs the store says are running after a restart.
     async fn recover(self: &Arc<Self>) {
         self.release_expired_reservations();
-        for job in self.running() {
+        // Jobs Slurm runs are followed by the Slurm tracker, not by supervisors.
+        for job in self.running().into_iter().filter(|j| j.slurm_id.is_none()) {
             let files = self.files(job.id);
             match self.executor.recover(&files, job.attempt).await {
                 Recovery::Ended(exit) => {

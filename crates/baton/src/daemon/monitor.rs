@@ -619,6 +619,7 @@ mod tests {
             grace_ms: 1_000,
             recent_ms: 3_600_000,
             waste: baton_core::waste::WasteConfig::default(),
+            backend: Default::default(),
         };
         let probe = SimProbe::new(8, 80 << 30, Some(home.join("sim")));
         let daemon = Daemon::new(

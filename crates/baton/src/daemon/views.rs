@@ -49,5 +49,8 @@ pub fn job_view(job: &JobRecord) -> JobView {
         task: job.task.clone(),
         queue_position: None,
         predicted_start: None,
+        slurm_job_id: job.slurm_id,
+        slurm_nodes: job.slurm_nodes.clone().filter(|n| !n.is_empty()),
+        slurm_state: job.slurm_state.clone(),
     }
 }

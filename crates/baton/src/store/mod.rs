@@ -71,6 +71,15 @@ pub struct JobRecord {
     pub critical_path: Millis,
     /// The jobs of the tasks it asked to share a node with (`colocate_with`).
     pub colocate: Vec<JobId>,
+    /// Under the Slurm backend: the Slurm job id of the current attempt, once `sbatch` gave one.
+    pub slurm_id: Option<u64>,
+    /// When the current attempt's `sbatch` was about to run (set before it runs, so a crash in
+    /// between is found again by the job's name and comment instead of being submitted twice).
+    pub slurm_submitting_at: Option<Millis>,
+    /// The nodes Slurm ran it on.
+    pub slurm_nodes: Option<String>,
+    /// Slurm's last word on it (`PENDING`, `RUNNING`, `OUT_OF_MEMORY`, ...).
+    pub slurm_state: Option<String>,
 }
 
 /// A job as submitted, before it has an id.
@@ -209,7 +218,8 @@ pub struct Store {
 const COLUMNS: &str = "id, name, state, command, cwd, env, owner_uid, owner, priority, gpus_requested, \
      gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, started_at, ended_at, \
      exit_code, signal, reason, gpus, workflow_id, cancel_requested_by, umask, notify, session, task, \
-     reserved, lease_until, critical_path_ms, colocate";
+     reserved, lease_until, critical_path_ms, colocate, slurm_id, slurm_submitting_at, slurm_nodes, \
+     slurm_state";
 
 impl Store {
     /// Opens (creating and migrating as needed) the database at `path`.
@@ -265,6 +275,10 @@ impl Store {
             lease_until: None,
             critical_path: job.critical_path,
             colocate: Vec::new(),
+            slurm_id: None,
+            slurm_submitting_at: None,
+            slurm_nodes: None,
+            slurm_state: None,
         })
     }
 
@@ -418,7 +432,8 @@ impl Store {
         tx.execute(
             &format!(
                 "UPDATE jobs SET state = 'queued', gpus = '[]', reason = ?1, started_at = NULL, \
-                 cancel_requested_by = NULL{attempt_change} \
+                 cancel_requested_by = NULL, slurm_id = NULL, slurm_submitting_at = NULL, \
+                 slurm_nodes = NULL{attempt_change} \
                  WHERE id = ?2"
             ),
             params![reason, id.0 as i64],
@@ -431,6 +446,48 @@ impl Store {
             reason,
         )?;
         tx.commit()?;
+        Ok(())
+    }
+
+    /// Records that the job's `sbatch` is about to run (before it does).
+    pub fn mark_slurm_submitting(&mut self, id: JobId, at: Millis) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("UPDATE jobs SET slurm_submitting_at = ?1 WHERE id = ?2")?
+            .execute(params![at, id.0 as i64])?;
+        Ok(())
+    }
+
+    /// Records the Slurm job id `sbatch` gave the job (or the interrupted submission found).
+    pub fn set_slurm_id(&mut self, id: JobId, slurm_id: u64, at: Millis) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.prepare_cached("UPDATE jobs SET slurm_id = ?1 WHERE id = ?2")?
+            .execute(params![slurm_id as i64, id.0 as i64])?;
+        log_event(&tx, id.0, at, "slurm-submitted", &format!("Slurm job {slurm_id}"))?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Forgets a submission that never reached Slurm, so that it is made again.
+    pub fn clear_slurm_submitting(&mut self, id: JobId) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("UPDATE jobs SET slurm_submitting_at = NULL WHERE id = ?1")?
+            .execute([id.0 as i64])?;
+        Ok(())
+    }
+
+    /// Records what Slurm last said of the job: its state and the nodes it runs on.
+    pub fn set_slurm_state(
+        &mut self,
+        id: JobId,
+        state: &str,
+        nodes: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "UPDATE jobs SET slurm_state = ?1, slurm_nodes = COALESCE(?2, slurm_nodes) \
+                 WHERE id = ?3",
+            )?
+            .execute(params![state, nodes, id.0 as i64])?;
         Ok(())
     }
 
@@ -987,6 +1044,10 @@ fn read_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRecord, StoreError>> {
                 .into_iter()
                 .map(JobId)
                 .collect(),
+            slurm_id: r.get::<_, Option<i64>>(33)?.map(|v| v as u64),
+            slurm_submitting_at: r.get(34)?,
+            slurm_nodes: r.get(35)?,
+            slurm_state: r.get(36)?,
         })
     };
     Ok(build())

@@ -127,6 +127,12 @@ const MIGRATIONS: &[&str] = &[
         mem_peak INTEGER NOT NULL,
         PRIMARY KEY (gpu, minute)
     );",
+    // 7: the Slurm backend (issue 7). A job's submission is recorded (`slurm_submitting_at`)
+    // before `sbatch` runs, then its Slurm job id and, once it runs, its node list.
+    "ALTER TABLE jobs ADD COLUMN slurm_id INTEGER;
+    ALTER TABLE jobs ADD COLUMN slurm_submitting_at INTEGER;
+    ALTER TABLE jobs ADD COLUMN slurm_nodes TEXT;
+    ALTER TABLE jobs ADD COLUMN slurm_state TEXT;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

@@ -83,6 +83,21 @@ pub(crate) fn cancel_jobs(
             let Some(job) = inner.active.get(id).cloned() else {
                 continue; // already ended: nothing to do
             };
+            // Under Slurm, a job Slurm has (or is being given) is cancelled there; its end
+            // comes back through tracking.
+            if daemon.slurm.is_some()
+                && (job.slurm_id.is_some() || job.slurm_submitting_at.is_some())
+            {
+                if job.cancel_requested_by.is_none() {
+                    inner.store.mark_cancel_requested(*id, &by, now)?;
+                    if let Some(j) = inner.active.get_mut(id) {
+                        j.cancel_requested_by = Some(by.clone());
+                        j.reason = Some(format!("cancelling (asked by {by})"));
+                    }
+                }
+                daemon.slurm_cancel(&job);
+                continue;
+            }
             match job.state {
                 JobState::Queued => {
                     let end = Ending {

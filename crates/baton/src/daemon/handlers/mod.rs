@@ -10,6 +10,7 @@ mod list;
 mod logs;
 mod metrics;
 mod report;
+mod slurm;
 mod stats;
 mod submit;
 mod wait;
@@ -36,6 +37,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/gpus", get(gpus::handle))
         .route("/audit", get(audit::handle))
         .route("/stats", get(stats::handle))
+        .route("/slurm/poke", post(slurm::poke))
         .route("/workflows", post(workflow::submit))
         .route("/workflows/{id}", get(workflow::status))
         .route("/workflows/{id}/cancel", post(workflow::cancel));

@@ -157,6 +157,16 @@ pub async fn submit(
 /// Refuses, before anything is queued, a task this machine can never run, and an atomic
 /// workflow whose tasks cannot all hold their GPUs at once.
 fn check_resources(daemon: &Daemon, spec: &WorkflowSpec) -> Result<(), String> {
+    if daemon.slurm_backend() {
+        if spec.atomic {
+            return Err("atomic: true needs Slurm heterogeneous jobs, which this baton does not \
+                        submit yet; under the Slurm backend submit it with atomic: false (its \
+                        tasks then run as Slurm jobs chained by dependencies)"
+                .into());
+        }
+        // Slurm judges what its cluster can run (sbatch's refusal is passed on).
+        return Ok(());
+    }
     for task in &spec.tasks {
         admission::check(&task.request, &daemon.gpus)
             .map_err(|e| format!("line {}: task {}: {e}", task.line, task.name))?;

@@ -1,0 +1,628 @@
+//! The daemon under `[backend] kind = "slurm"`: Slurm places and runs the jobs; baton keeps its
+//! queue view, reports, wake-ups and workflows on top.
+//!
+//! - **Submission** replaces the scheduling pass: every queued job whose dependencies are
+//!   submitted (or ended well) goes to `sbatch` at once, its baton dependencies becoming
+//!   `--dependency=afterok/afterany` on their Slurm ids. The submission is recorded before
+//!   `sbatch` runs; after a crash in between, the job is found again by its name and comment
+//!   (`baton-ID`, `baton:TAG:ID:ATTEMPT`) rather than submitted twice.
+//! - **Tracking**: one `squeue` for all of this daemon's Slurm jobs, every second while any
+//!   runs, backing off to 30 s while they only wait, and at once when poked (`POST
+//!   /v1/slurm/poke`, which `baton slurm-mail` sends when Slurm's MailProg reports a job's end).
+//!   A job seen running is started in the store with the GPUs Slurm gave it; a job seen ended
+//!   (in `scontrol`, else `sacct`) ends through the same path as a local job, so retries,
+//!   reports and wake-ups are unchanged.
+//! - **Cancel** is `scancel` (SIGTERM, SIGKILL after the cluster's KillWait).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_core::{DepKind, JobId, JobState, Millis};
+
+use super::{Daemon, now_ms, signal_name};
+use crate::slurm::{JobInfo, QueueLine, Slurm, SlurmError, Submission};
+use crate::store::{Ending, JobRecord};
+use crate::users;
+
+/// Polling while jobs run, and the longest back-off while they only wait.
+const POLL_RUNNING: Duration = Duration::from_secs(1);
+const POLL_MAX: Duration = Duration::from_secs(30);
+/// How long to wait before submitting again after Slurm did not answer.
+const RETRY_UNREACHABLE: Duration = Duration::from_secs(5);
+
+impl Daemon {
+    /// Whether jobs run in Slurm.
+    pub fn slurm_backend(&self) -> bool {
+        self.slurm.is_some()
+    }
+
+    fn slurm(&self) -> &Slurm {
+        self.slurm.as_ref().expect("only called under the Slurm backend")
+    }
+
+    /// Submits what can be submitted. Runs where the local backend runs its scheduling pass.
+    pub(super) fn slurm_pass(self: &Arc<Self>) {
+        let now = now_ms();
+        let mut submit: Vec<(JobRecord, Vec<String>)> = Vec::new();
+        let mut failed: Vec<(JobId, String)> = Vec::new();
+        {
+            let mut inner = self.lock();
+            let queued: Vec<JobRecord> = inner
+                .active
+                .values()
+                .filter(|j| {
+                    j.state == JobState::Queued
+                        && j.slurm_id.is_none()
+                        && j.slurm_submitting_at.is_none()
+                })
+                .cloned()
+                .collect();
+            let mut ended = Vec::new();
+            for job in &queued {
+                for d in &job.deps {
+                    if !inner.active.contains_key(&d.job) {
+                        ended.push(d.job);
+                    }
+                }
+            }
+            let ended = match inner.store.states(&ended) {
+                Ok(states) => states,
+                Err(e) => {
+                    tracing::error!("Slurm pass skipped: {e}");
+                    return;
+                }
+            };
+            'jobs: for job in queued {
+                let mut deps = Vec::new();
+                for d in &job.deps {
+                    let kind = match d.kind {
+                        DepKind::Success => "afterok",
+                        DepKind::Any => "afterany",
+                    };
+                    match inner.active.get(&d.job) {
+                        Some(dep) => match dep.slurm_id {
+                            Some(sid) => deps.push(format!("{kind}:{sid}")),
+                            None => continue 'jobs, // submitted after it
+                        },
+                        None => match ended.get(&d.job).map(|(s, _)| *s) {
+                            Some(JobState::Succeeded) => {}
+                            Some(_) if d.kind == DepKind::Any => {}
+                            Some(state) => {
+                                failed.push((
+                                    job.id,
+                                    format!("dependency failed: job {} {state}", d.job),
+                                ));
+                                continue 'jobs;
+                            }
+                            None => {
+                                failed.push((
+                                    job.id,
+                                    format!("dependency failed: job {} does not exist", d.job),
+                                ));
+                                continue 'jobs;
+                            }
+                        },
+                    }
+                }
+                if let Err(e) = inner.store.mark_slurm_submitting(job.id, now) {
+                    tracing::error!(job = job.id.0, "cannot record the submission: {e}");
+                    continue;
+                }
+                if let Some(j) = inner.active.get_mut(&job.id) {
+                    j.slurm_submitting_at = Some(now);
+                }
+                submit.push((job, deps));
+            }
+            for (id, reason) in failed {
+                let ending = Ending {
+                    state: JobState::Failed,
+                    exit_code: None,
+                    signal: None,
+                    reason: Some(reason),
+                    at: now,
+                };
+                self.finish(&mut inner, id, ending);
+            }
+        }
+        if submit.is_empty() {
+            return;
+        }
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || {
+            for (job, deps) in submit {
+                me.submit_to_slurm(&job, deps);
+            }
+            me.notify_changed();
+            me.slurm_wake.notify_one();
+        });
+    }
+
+    fn submit_to_slurm(self: &Arc<Self>, job: &JobRecord, dependencies: Vec<String>) {
+        let files = self.files(job.id);
+        if let Err(e) = std::fs::create_dir_all(&files.dir) {
+            tracing::error!(job = job.id.0, "cannot create the job's directory: {e}");
+        }
+        let attempt = job.attempt + 1;
+        let mut env = job.env.clone();
+        env.remove("CUDA_VISIBLE_DEVICES");
+        env.insert("BATON_JOB_ID".into(), job.id.to_string());
+        env.insert("BATON_JOB_NAME".into(), job.name.clone());
+        env.insert("BATON_ATTEMPT".into(), attempt.to_string());
+        if let Some(w) = job.workflow_id {
+            env.insert("BATON_WORKFLOW_ID".into(), w.to_string());
+        }
+        if let Some(task) = &job.task {
+            env.insert("BATON_TASK".into(), task.clone());
+        }
+        let run_as = self.run_as(job);
+        let submission = Submission {
+            job: job.id.0,
+            attempt,
+            command: &job.command,
+            cwd: &job.cwd,
+            gpus: job.request.count,
+            time_limit_ms: job.time_limit,
+            dependencies,
+            dir: &files.dir,
+            env,
+            umask: job.umask,
+            mail_to: self
+                .slurm()
+                .settings
+                .mail_hook
+                .then(|| self.socket_path().display().to_string()),
+        };
+        let result = match &run_as {
+            Err(e) => Err(SlurmError::Refused(e.clone())),
+            Ok(run_as) => self.slurm().submit(&submission, run_as.as_ref()),
+        };
+        let now = now_ms();
+        let mut inner = self.lock();
+        match result {
+            Ok(sid) => {
+                tracing::info!(job = job.id.0, slurm = sid, "submitted to Slurm");
+                if let Err(e) = inner.store.set_slurm_id(job.id, sid, now) {
+                    tracing::error!(job = job.id.0, "cannot record Slurm job {sid}: {e}");
+                }
+                let cancel = match inner.active.get_mut(&job.id) {
+                    Some(j) => {
+                        j.slurm_id = Some(sid);
+                        j.reason = Some(format!("Slurm job {sid}: submitted"));
+                        // Cancelled while sbatch ran: cancel it in Slurm now.
+                        j.cancel_requested_by.is_some().then(|| j.clone())
+                    }
+                    None => None,
+                };
+                drop(inner);
+                if let Some(j) = cancel {
+                    self.slurm_cancel(&j);
+                }
+            }
+            Err(SlurmError::Refused(message)) => {
+                tracing::warn!(job = job.id.0, "Slurm refused the job: {message}");
+                let ending = Ending {
+                    state: JobState::Failed,
+                    exit_code: None,
+                    signal: None,
+                    reason: Some(format!("Slurm refused the job: {message}")),
+                    at: now,
+                };
+                self.finish(&mut inner, job.id, ending);
+            }
+            Err(e @ SlurmError::Unreachable(_)) => {
+                tracing::warn!(job = job.id.0, "{e}; trying again in 5 s");
+                let _ = inner.store.clear_slurm_submitting(job.id);
+                if let Some(j) = inner.active.get_mut(&job.id) {
+                    j.slurm_submitting_at = None;
+                    j.reason = Some(format!("waiting for Slurm: {e}"));
+                }
+                let me = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(RETRY_UNREACHABLE).await;
+                    me.wake();
+                });
+            }
+        }
+    }
+
+    /// The identity a job's Slurm commands run as: its owner's, when the daemon serves others.
+    fn run_as(&self, job: &JobRecord) -> Result<Option<crate::executor::RunAs>, String> {
+        if !(self.config.system && job.owner_uid != self.uid) {
+            return Ok(None);
+        }
+        let account = users::by_uid(job.owner_uid)
+            .ok_or_else(|| format!("user {} no longer exists", job.owner_uid))?;
+        Ok(Some(crate::executor::RunAs {
+            uid: account.uid,
+            gid: account.gid,
+            groups: users::groups_of(&account),
+        }))
+    }
+
+    fn socket_path(&self) -> std::path::PathBuf {
+        self.config.home.join("baton.sock")
+    }
+
+    /// After a restart: submissions that were under way when the daemon stopped are found in
+    /// Slurm by their name and comment, or made again if Slurm never got them.
+    pub(super) fn slurm_recover(self: &Arc<Self>) {
+        let interrupted: Vec<JobRecord> = self
+            .lock()
+            .active
+            .values()
+            .filter(|j| j.slurm_id.is_none() && j.slurm_submitting_at.is_some())
+            .cloned()
+            .collect();
+        for job in interrupted {
+            let found = self.slurm().find(job.id.0, job.attempt + 1);
+            let mut inner = self.lock();
+            match found {
+                Ok(Some(sid)) => {
+                    tracing::info!(job = job.id.0, slurm = sid, "found its interrupted submission");
+                    let _ = inner.store.set_slurm_id(job.id, sid, now_ms());
+                    if let Some(j) = inner.active.get_mut(&job.id) {
+                        j.slurm_id = Some(sid);
+                    }
+                }
+                Ok(None) => {
+                    tracing::info!(job = job.id.0, "its submission never reached Slurm; again");
+                    let _ = inner.store.clear_slurm_submitting(job.id);
+                    if let Some(j) = inner.active.get_mut(&job.id) {
+                        j.slurm_submitting_at = None;
+                    }
+                }
+                Err(e) => {
+                    // Left as it is: the next pass cannot submit it twice, and the next
+                    // restart looks again.
+                    tracing::warn!(job = job.id.0, "cannot look for its submission: {e}");
+                }
+            }
+        }
+    }
+
+    /// Follows this daemon's Slurm jobs until shutdown.
+    pub(super) async fn slurm_loop(self: Arc<Self>) {
+        let me = self.clone();
+        let _ = tokio::task::spawn_blocking(move || me.slurm_recover()).await;
+        self.wake();
+        let mut interval = POLL_RUNNING;
+        loop {
+            let tracked: Vec<(JobId, u64)> = self
+                .lock()
+                .active
+                .values()
+                .filter_map(|j| j.slurm_id.map(|sid| (j.id, sid)))
+                .collect();
+            if tracked.is_empty() {
+                self.slurm_wake.notified().await;
+                interval = POLL_RUNNING;
+                continue;
+            }
+            let me = self.clone();
+            let outcome = tokio::task::spawn_blocking(move || me.slurm_check(&tracked))
+                .await
+                .unwrap_or(Check::Quiet { running: false });
+            interval = match outcome {
+                Check::Changed => POLL_RUNNING,
+                Check::Quiet { running: true } => (interval * 2).min(POLL_RUNNING * 4),
+                Check::Quiet { running: false } => (interval * 2).min(POLL_MAX),
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = self.slurm_wake.notified() => interval = POLL_RUNNING,
+            }
+        }
+    }
+
+    /// One look at the tracked jobs; applies what changed.
+    fn slurm_check(self: &Arc<Self>, tracked: &[(JobId, u64)]) -> Check {
+        let ids: Vec<u64> = tracked.iter().map(|(_, sid)| *sid).collect();
+        let lines: HashMap<u64, QueueLine> = match self.slurm().queue(&ids) {
+            Ok(lines) => lines.into_iter().map(|l| (l.id, l)).collect(),
+            Err(e) => {
+                tracing::warn!("{e}");
+                return Check::Quiet { running: true };
+            }
+        };
+        let mut changed = false;
+        let mut running = false;
+        for &(id, sid) in tracked {
+            let line = lines.get(&sid);
+            let state = line.map(|l| l.state.as_str()).unwrap_or("");
+            let known = self.lock().active.get(&id).cloned();
+            let Some(job) = known.filter(|j| j.slurm_id == Some(sid)) else {
+                continue; // ended or resubmitted meanwhile
+            };
+            let is_final = line.is_none() || crate::slurm::parse::is_final(state);
+            if !is_final && state != "RUNNING" && state != "COMPLETING" {
+                // Waiting in Slurm's queue (or suspended): say why.
+                let reason = match line {
+                    Some(l) if !l.reason.is_empty() && l.reason != "None" => {
+                        format!("Slurm job {sid}: {} ({})", l.state, l.reason)
+                    }
+                    Some(l) => format!("Slurm job {sid}: {}", l.state),
+                    None => continue,
+                };
+                let mut inner = self.lock();
+                if job.slurm_state.as_deref() != Some(state) {
+                    let _ = inner.store.set_slurm_state(id, state, None);
+                    changed = true;
+                }
+                if let Some(j) = inner.active.get_mut(&id)
+                    && j.reason.as_deref() != Some(reason.as_str())
+                {
+                    j.reason = Some(reason);
+                    j.slurm_state = Some(state.to_string());
+                    changed = true;
+                }
+                continue;
+            }
+            // Running or done: the details come from scontrol (sacct once forgotten).
+            let info = match self.slurm().show(sid) {
+                Ok(Some(info)) => Some(info),
+                Ok(None) => self.slurm().accounting(sid).unwrap_or_default(),
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    running = true;
+                    continue;
+                }
+            };
+            let Some(info) = info else {
+                self.slurm_lost(&job, sid);
+                changed = true;
+                continue;
+            };
+            if job.state == JobState::Queued {
+                self.slurm_started(&job, &info);
+                changed = true;
+            }
+            if info.ended() {
+                self.slurm_ended(id, &info);
+                changed = true;
+            } else {
+                running = true;
+            }
+        }
+        if changed {
+            self.notify_changed();
+            Check::Changed
+        } else {
+            Check::Quiet { running }
+        }
+    }
+
+    /// Slurm started the job: it is running, on the GPUs Slurm gave it.
+    fn slurm_started(&self, job: &JobRecord, info: &JobInfo) {
+        let start = info.start.unwrap_or_else(now_ms);
+        let mut inner = self.lock();
+        if let Err(e) = inner.store.mark_started(&[(job.id, info.gpus.clone())], start) {
+            tracing::error!(job = job.id.0, "cannot record the start: {e}");
+            return;
+        }
+        let _ = inner
+            .store
+            .set_slurm_state(job.id, &info.state, Some(&info.nodes));
+        if let Some(j) = inner.active.get_mut(&job.id) {
+            j.state = JobState::Running;
+            j.gpus = info.gpus.clone();
+            j.started_at = Some(start);
+            j.attempt += 1;
+            j.reason = None;
+            j.slurm_nodes = Some(info.nodes.clone());
+            j.slurm_state = Some(info.state.clone());
+        }
+        if let Some(w) = job.workflow_id
+            && inner
+                .workflows
+                .get(&w)
+                .is_some_and(|wf| wf.state == "queued")
+        {
+            let _ = inner.store.set_workflow_state(w, "running", None);
+            if let Some(wf) = inner.workflows.get_mut(&w) {
+                wf.state = "running".into();
+            }
+        }
+        tracing::info!(job = job.id.0, slurm = info.id, nodes = %info.nodes, gpus = ?info.gpus, "running in Slurm");
+    }
+
+    /// Slurm is done with the job: its end, as Slurm tells it.
+    fn slurm_ended(&self, id: JobId, info: &JobInfo) {
+        let mut inner = self.lock();
+        let Some(job) = inner.active.get(&id).cloned() else {
+            return;
+        };
+        let _ = inner.store.set_slurm_state(id, &info.state, None);
+        if let Some(j) = inner.active.get_mut(&id) {
+            j.slurm_state = Some(info.state.clone());
+        }
+        let ending = slurm_ending(&job, info, now_ms());
+        tracing::info!(job = id.0, slurm = info.id, state = %info.state, "ended in Slurm");
+        self.conclude_attempt(inner, &job, ending);
+    }
+
+    /// Slurm no longer knows the job and there is no accounting to ask.
+    fn slurm_lost(&self, job: &JobRecord, sid: u64) {
+        let mut inner = self.lock();
+        let ending = Ending {
+            state: JobState::Failed,
+            exit_code: None,
+            signal: None,
+            reason: Some(format!(
+                "Slurm no longer knows Slurm job {sid}, and it has no accounting to ask"
+            )),
+            at: now_ms(),
+        };
+        if job.state == JobState::Running {
+            self.conclude_attempt(inner, job, ending);
+        } else {
+            self.finish(&mut inner, job.id, ending);
+        }
+    }
+
+    /// Someone (Slurm's end-of-job mail hook) says a Slurm job changed: look now.
+    pub fn slurm_poke(&self) {
+        self.slurm_wake.notify_one();
+    }
+
+    /// Cancels a job that Slurm has (queued or running there). Its end arrives through
+    /// tracking, as `cancelled`.
+    /// Called with the daemon's lock held, so `scancel` runs on a thread of its own.
+    pub(super) fn slurm_cancel(&self, job: &JobRecord) {
+        let Some(sid) = job.slurm_id else {
+            return; // still in sbatch: cancelled as soon as it has an id
+        };
+        let slurm = self.slurm().clone();
+        let run_as = self.run_as(job).ok().flatten();
+        let wake = self.slurm_wake.clone();
+        let id = job.id;
+        std::thread::spawn(move || {
+            match slurm.cancel(sid, run_as.as_ref()) {
+                Ok(()) => tracing::info!(job = id.0, slurm = sid, "scancel sent"),
+                Err(e) => tracing::warn!(job = id.0, slurm = sid, "scancel failed: {e}"),
+            }
+            wake.notify_one();
+        });
+    }
+}
+
+/// What one look at Slurm found.
+enum Check {
+    Changed,
+    Quiet { running: bool },
+}
+
+/// The terminal state of a job Slurm reports ended.
+fn slurm_ending(job: &JobRecord, info: &JobInfo, now: Millis) -> Ending {
+    let limit = || {
+        job.time_limit
+            .map(baton_core::units::format_duration)
+            .unwrap_or_default()
+    };
+    let (state, reason) = match info.state.as_str() {
+        "COMPLETED" if info.exit_code.unwrap_or(0) == 0 => (JobState::Succeeded, String::new()),
+        "CANCELLED" => match &job.cancel_requested_by {
+            Some(by) => (JobState::Cancelled, format!("cancelled by {by}")),
+            None if info.reason.contains("Dependency") => (
+                JobState::Failed,
+                "dependency failed (Slurm cancelled it: its dependency can never be met)".into(),
+            ),
+            None => (
+                JobState::Cancelled,
+                "cancelled in Slurm (scancel outside baton)".into(),
+            ),
+        },
+        "TIMEOUT" | "DEADLINE" => (JobState::Timeout, format!("time limit of {} reached", limit())),
+        "OUT_OF_MEMORY" => (
+            JobState::Failed,
+            "out of memory: Slurm killed it at its memory limit (OUT_OF_MEMORY)".into(),
+        ),
+        "NODE_FAIL" => (
+            JobState::Failed,
+            format!("node failure: Slurm lost its node {} (NODE_FAIL)", info.nodes),
+        ),
+        "PREEMPTED" => (
+            JobState::Failed,
+            "preempted: Slurm stopped it for higher-priority work (PREEMPTED)".into(),
+        ),
+        "BOOT_FAIL" => (JobState::Failed, "its node failed to boot (BOOT_FAIL)".into()),
+        _ => match (info.signal, info.exit_code) {
+            (Some(sig), _) => (
+                JobState::Failed,
+                format!("killed by signal {sig} ({})", signal_name(sig)),
+            ),
+            (None, Some(code)) if code != 0 => (JobState::Failed, format!("exit code {code}")),
+            _ => (JobState::Failed, format!("Slurm state {}", info.state)),
+        },
+    };
+    Ending {
+        state,
+        exit_code: info.exit_code,
+        signal: info.signal,
+        reason: (!reason.is_empty()).then_some(reason),
+        at: info.end.unwrap_or(now),
+    }
+}
+
+/// A short, stable tag for this daemon's jobs in Slurm: its state directory and user.
+pub fn tag_for(home: &std::path::Path, uid: u32) -> String {
+    // FNV-1a: stable across builds and Rust versions, unlike the std hasher.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in home.as_os_str().as_encoded_bytes().iter().chain(&uid.to_le_bytes()) {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{:08x}", hash as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_stable_and_differ_by_home_and_user() {
+        let a = tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1000);
+        assert_eq!(a, tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1000));
+        assert_ne!(a, tag_for(std::path::Path::new("/home/b/.local/share/baton"), 1000));
+        assert_ne!(a, tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1001));
+        assert_eq!(a.len(), 8);
+    }
+
+    #[test]
+    fn slurm_states_map_to_baton_states_and_reasons() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = crate::store::Store::open(&dir.path().join("baton.db")).unwrap();
+        let job = store
+            .insert(&crate::store::NewJob {
+                name: None,
+                command: vec!["true".into()],
+                cwd: "/".into(),
+                env: Default::default(),
+                owner_uid: 0,
+                owner: "root".into(),
+                priority: 0,
+                request: baton_core::GpuRequest::whole(1),
+                time_limit: Some(60_000),
+                retries: 0,
+                deps: Vec::new(),
+                tags: Default::default(),
+                submitted_at: 0,
+                umask: None,
+                notify: Vec::new(),
+                session: None,
+                workflow_id: None,
+                task: None,
+                critical_path: 0,
+            })
+            .unwrap();
+        let info = |state: &str, exit: Option<i32>, signal: Option<i32>| JobInfo {
+            state: state.into(),
+            exit_code: exit,
+            signal,
+            end: Some(5_000),
+            nodes: "gpu07".into(),
+            ..JobInfo::default()
+        };
+        let e = slurm_ending(&job, &info("COMPLETED", Some(0), None), 9);
+        assert_eq!((e.state, e.reason, e.at), (JobState::Succeeded, None, 5_000));
+        let e = slurm_ending(&job, &info("FAILED", Some(3), None), 9);
+        assert_eq!((e.state, e.reason.as_deref()), (JobState::Failed, Some("exit code 3")));
+        let e = slurm_ending(&job, &info("FAILED", None, Some(9)), 9);
+        assert_eq!(e.reason.as_deref(), Some("killed by signal 9 (SIGKILL)"));
+        let e = slurm_ending(&job, &info("TIMEOUT", None, Some(15)), 9);
+        assert_eq!(e.state, JobState::Timeout);
+        let e = slurm_ending(&job, &info("OUT_OF_MEMORY", None, Some(9)), 9);
+        assert!(e.reason.unwrap().contains("OUT_OF_MEMORY"));
+        let e = slurm_ending(&job, &info("NODE_FAIL", None, None), 9);
+        assert!(e.reason.unwrap().contains("gpu07"));
+        let e = slurm_ending(&job, &info("CANCELLED", None, Some(15)), 9);
+        assert_eq!(e.state, JobState::Cancelled);
+        let mut asked = job.clone();
+        asked.cancel_requested_by = Some("alice".into());
+        let e = slurm_ending(&asked, &info("CANCELLED", None, Some(15)), 9);
+        assert_eq!(e.reason.as_deref(), Some("cancelled by alice"));
+        let mut dep = info("CANCELLED", None, None);
+        dep.reason = "DependencyNeverSatisfied".into();
+        assert_eq!(slurm_ending(&job, &dep, 9).state, JobState::Failed);
+    }
+}

@@ -1,0 +1,219 @@
+//! The Slurm backend against a real single-node Slurm with 4 fake GPUs
+//! (`../shared/slurm/start-slurm.sh`, which `.ci/run` starts): a 2-GPU job sees two devices, its
+//! exit code and report come back, a dependent job runs after it (and fails with it), cancel
+//! works, a time limit ends a job `timeout`, Slurm's refusal is passed on, and a daemon killed
+//! mid-job loses nothing.
+//!
+//! Without a Slurm cluster the tests skip, unless `BATON_REQUIRE_SLURM=1` (CI) makes that a
+//! failure.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Baton, POLL};
+use serde_json::Value;
+
+fn slurm_up() -> bool {
+    let up = Command::new("sinfo")
+        .args(["-h", "-o", "%T"])
+        .output()
+        .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+    if !up {
+        assert!(
+            std::env::var_os("BATON_REQUIRE_SLURM").is_none(),
+            "no Slurm cluster answers `sinfo` (start one with ../shared/slurm/start-slurm.sh)"
+        );
+        eprintln!("skipping: no Slurm cluster (../shared/slurm/start-slurm.sh starts one)");
+    }
+    up
+}
+
+fn start() -> Baton {
+    let mut b = Baton::unstarted();
+    std::fs::create_dir_all(&b.home).unwrap();
+    std::fs::write(b.home.join("config.toml"), "[backend]\nkind = \"slurm\"\n").unwrap();
+    b.serve_with(&["serve", "--grace", "1s"]);
+    b
+}
+
+/// Polls until `pred` holds, for up to `secs`.
+#[track_caller]
+fn poll(b: &Baton, id: u64, secs: u64, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let job = b.job(id);
+        if pred(&job) {
+            return job;
+        }
+        assert!(
+            Instant::now() < until,
+            "job {id} never became {what}: {job:#}\nlog:\n{}",
+            b.daemon_log()
+        );
+        std::thread::sleep(POLL * 4);
+    }
+}
+
+fn ended(j: &Value) -> bool {
+    !matches!(j["state"].as_str(), Some("queued" | "running"))
+}
+
+#[test]
+fn a_two_gpu_job_sees_two_devices_and_its_exit_code_and_report_come_back() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let id = b.submit_sh(
+        &["--gpus", "2", "--name", "two-gpus"],
+        "echo \"devices=$CUDA_VISIBLE_DEVICES job=$BATON_JOB_ID\"; sleep 1; exit 3",
+    );
+    let running = poll(&b, id, 30, "running", |j| j["state"] == "running");
+    let sid = running["slurm_job_id"].as_u64().expect("a Slurm job id");
+    assert_eq!(running["gpus"].as_array().unwrap().len(), 2, "{running:#}");
+    assert!(running["slurm_nodes"].as_str().is_some(), "{running:#}");
+    let status = b.run(&["status"]).expect(0).stdout;
+    assert!(status.contains(&format!("Slurm job {sid}")), "{status}");
+    let out = b.wait(&[id], "60s");
+    assert_eq!(out.code, 1, "the job failed: {out:?}");
+    let job = b.job(id);
+    assert_eq!(job["state"], "failed");
+    assert_eq!(job["exit_code"], 3);
+    assert_eq!(job["slurm_state"], "FAILED");
+    let stdout = std::fs::read_to_string(b.home.join(format!("jobs/{id}/stdout"))).unwrap();
+    let devices = stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("devices="))
+        .unwrap();
+    assert_eq!(devices.split(',').count(), 2, "{stdout}");
+    assert!(stdout.contains(&format!("job={id}")), "{stdout}");
+    let report = b.run(&["report", &id.to_string()]).expect(0).stdout;
+    assert!(report.contains("exit code 3"), "{report}");
+    assert!(report.contains("devices="), "{report}");
+}
+
+#[test]
+fn a_dependent_job_runs_after_its_dependency_and_fails_with_it() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let first = b.submit_sh(&["--gpus", "1"], "sleep 2; date +%s%N > first.done");
+    let second = b.submit_sh(
+        &["--gpus", "1", "--after", &first.to_string()],
+        "date +%s%N > second.start",
+    );
+    let out = b.wait(&[first, second], "90s");
+    assert_eq!(out.code, 0, "{out:?}\n{}", b.daemon_log());
+    let done: u128 = b.read("first.done").trim().parse().unwrap();
+    let start: u128 = b.read("second.start").trim().parse().unwrap();
+    assert!(start >= done, "the dependent job started before its dependency ended");
+
+    let bad = b.submit_sh(&[], "exit 1");
+    let after_bad = b.submit_sh(&["--after", &bad.to_string()], "true");
+    let job = poll(&b, after_bad, 60, "ended", ended);
+    assert_eq!(job["state"], "failed", "{job:#}");
+    assert!(
+        job["reason"].as_str().unwrap().contains("dependency failed"),
+        "{job:#}"
+    );
+}
+
+#[test]
+fn cancel_stops_a_running_job_and_a_queued_one() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let id = b.submit_sh(&["--gpus", "1"], "sleep 300");
+    poll(&b, id, 30, "running", |j| j["state"] == "running");
+    // One that waits in Slurm's queue behind its dependency.
+    let waiting = b.submit_sh(&["--after", &id.to_string()], "true");
+    poll(&b, waiting, 30, "in Slurm", |j| j["slurm_job_id"].is_u64());
+    b.run(&["cancel", &id.to_string(), &waiting.to_string()])
+        .expect(0);
+    let job = poll(&b, id, 60, "cancelled", ended);
+    assert_eq!(job["state"], "cancelled", "{job:#}");
+    assert!(job["reason"].as_str().unwrap().contains("cancelled by"), "{job:#}");
+    let job = poll(&b, waiting, 60, "cancelled", ended);
+    assert_eq!(job["state"], "cancelled", "{job:#}");
+}
+
+#[test]
+fn a_time_limit_ends_the_job_as_timeout() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    // Slurm counts minutes: the shortest limit is one, and it acts within its next check.
+    let id = b.submit_sh(&["--time-limit", "1m"], "sleep 600");
+    let job = poll(&b, id, 180, "timed out", ended);
+    assert_eq!(job["state"], "timeout", "{job:#}");
+    let report = b.run(&["report", &id.to_string()]).expect(0).stdout;
+    assert!(report.contains("time limit"), "{report}");
+}
+
+#[test]
+fn slurms_refusal_is_passed_on() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    // The test cluster has 4 GPUs on its one node.
+    let id = b.submit(&["--gpus", "5", "--", "true"]);
+    let job = poll(&b, id, 30, "refused", ended);
+    assert_eq!(job["state"], "failed", "{job:#}");
+    let reason = job["reason"].as_str().unwrap();
+    assert!(reason.starts_with("Slurm refused the job:"), "{reason}");
+    assert!(reason.contains("node configuration"), "{reason}");
+}
+
+#[test]
+fn a_daemon_killed_mid_job_loses_nothing() {
+    if !slurm_up() {
+        return;
+    }
+    let mut b = start();
+    let gate = common::wait_for_file("go");
+    let id = b.submit_sh(&["--gpus", "1"], &format!("{gate}; exit 7"));
+    let running = poll(&b, id, 30, "running", |j| j["state"] == "running");
+    let sid = running["slurm_job_id"].as_u64().unwrap();
+    b.kill_daemon();
+    // The job ends while no daemon watches it.
+    b.touch("go");
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = Command::new("squeue")
+            .args(["-h", "-t", "all", "-o", "%T", "-j", &sid.to_string()])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).trim() == "FAILED" {
+            break;
+        }
+        assert!(Instant::now() < until, "Slurm job {sid} did not end");
+        std::thread::sleep(POLL * 4);
+    }
+    b.serve();
+    let job = poll(&b, id, 30, "ended", ended);
+    assert_eq!(
+        (job["state"].as_str(), job["exit_code"].as_i64()),
+        (Some("failed"), Some(7)),
+        "{job:#}"
+    );
+    assert_eq!(job["slurm_job_id"], sid, "the same Slurm job, not a second one");
+    // And exactly one Slurm job carries its name.
+    let out = Command::new("squeue")
+        .args(["-h", "-t", "all", "-o", "%i"])
+        .arg(format!("--name=baton-{id}"))
+        .output()
+        .unwrap();
+    let listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(listed.contains(&sid.to_string()), "{listed:?}");
+    let report = b.run(&["report", &id.to_string()]).expect(0).stdout;
+    assert!(report.contains("exit code 7"), "{report}");
+}
