@@ -212,7 +212,7 @@ impl Metrics {
         let schedule_latency = latency_histogram();
         registry.register_with_unit(
             "schedule_latency",
-            "Time from a job becoming startable (submitted, or its dependencies ended) to its start",
+            "Time from submission to start of jobs that could start at once (no dependencies, GPUs free)",
             Unit::Seconds,
             schedule_latency.clone(),
         );
@@ -320,8 +320,8 @@ impl Metrics {
         self.jobs_submitted.inc();
     }
 
-    /// Seconds from a job becoming startable (its submission, or its dependencies' end) to its
-    /// start, i.e. scheduling latency.
+    /// Seconds from submission to start of a job that could start at once (no dependencies,
+    /// GPUs free): the latency the dispatch path adds.
     pub fn observe_schedule_latency(&self, secs: f64) {
         if let Some(secs) = duration(secs) {
             self.schedule_latency.observe(secs);

@@ -31,9 +31,13 @@ fn slurm_up() -> bool {
 }
 
 fn start() -> Baton {
+    start_with("[backend]\nkind = \"slurm\"\n")
+}
+
+fn start_with(config: &str) -> Baton {
     let mut b = Baton::unstarted();
     std::fs::create_dir_all(&b.home).unwrap();
-    std::fs::write(b.home.join("config.toml"), "[backend]\nkind = \"slurm\"\n").unwrap();
+    std::fs::write(b.home.join("config.toml"), config).unwrap();
     b.serve_with(&["serve", "--grace", "1s"]);
     b
 }
@@ -109,14 +113,20 @@ fn a_dependent_job_runs_after_its_dependency_and_fails_with_it() {
     assert_eq!(out.code, 0, "{out:?}\n{}", b.daemon_log());
     let done: u128 = b.read("first.done").trim().parse().unwrap();
     let start: u128 = b.read("second.start").trim().parse().unwrap();
-    assert!(start >= done, "the dependent job started before its dependency ended");
+    assert!(
+        start >= done,
+        "the dependent job started before its dependency ended"
+    );
 
     let bad = b.submit_sh(&[], "exit 1");
     let after_bad = b.submit_sh(&["--after", &bad.to_string()], "true");
     let job = poll(&b, after_bad, 60, "ended", ended);
     assert_eq!(job["state"], "failed", "{job:#}");
     assert!(
-        job["reason"].as_str().unwrap().contains("dependency failed"),
+        job["reason"]
+            .as_str()
+            .unwrap()
+            .contains("dependency failed"),
         "{job:#}"
     );
 }
@@ -136,7 +146,10 @@ fn cancel_stops_a_running_job_and_a_queued_one() {
         .expect(0);
     let job = poll(&b, id, 60, "cancelled", ended);
     assert_eq!(job["state"], "cancelled", "{job:#}");
-    assert!(job["reason"].as_str().unwrap().contains("cancelled by"), "{job:#}");
+    assert!(
+        job["reason"].as_str().unwrap().contains("cancelled by"),
+        "{job:#}"
+    );
     let job = poll(&b, waiting, 60, "cancelled", ended);
     assert_eq!(job["state"], "cancelled", "{job:#}");
 }
@@ -202,7 +215,10 @@ fn a_daemon_killed_mid_job_loses_nothing() {
         (Some("failed"), Some(7)),
         "{job:#}"
     );
-    assert_eq!(job["slurm_job_id"], sid, "the same Slurm job, not a second one");
+    assert_eq!(
+        job["slurm_job_id"], sid,
+        "the same Slurm job, not a second one"
+    );
     // And exactly one Slurm job carries its name.
     let out = Command::new("squeue")
         .args(["-h", "-t", "all", "-o", "%i"])
@@ -216,4 +232,76 @@ fn a_daemon_killed_mid_job_loses_nothing() {
     assert!(listed.contains(&sid.to_string()), "{listed:?}");
     let report = b.run(&["report", &id.to_string()]).expect(0).stdout;
     assert!(report.contains("exit code 7"), "{report}");
+}
+
+#[test]
+fn slurms_end_of_job_mail_makes_the_daemon_look_at_once() {
+    if !slurm_up() {
+        return;
+    }
+    // The cluster's MailProg must be `baton slurm-mail` (.ci/run sets it up and says so).
+    if std::env::var_os("BATON_SLURM_MAIL_HOOK").is_none() {
+        eprintln!("skipping: the cluster's MailProg is not baton slurm-mail");
+        return;
+    }
+    let b = start_with("[backend]\nkind = \"slurm\"\nmail_hook = true\n");
+    let id = b.submit_sh(&[], "sleep 1");
+    b.wait_ok(&[id]);
+    let until = Instant::now() + Duration::from_secs(20);
+    while !b
+        .daemon_log()
+        .contains("Slurm's end-of-job mail says a job changed")
+    {
+        assert!(
+            Instant::now() < until,
+            "no poke from Slurm's MailProg; log:\n{}",
+            b.daemon_log()
+        );
+        std::thread::sleep(POLL * 4);
+    }
+}
+
+#[test]
+fn an_interrupted_submission_is_found_again_not_made_twice() {
+    if !slurm_up() {
+        return;
+    }
+    let mut b = start();
+    let gate = common::wait_for_file("go");
+    let id = b.submit_sh(&[], &gate);
+    let queued = poll(&b, id, 30, "in Slurm", |j| j["slurm_job_id"].is_u64());
+    let sid = queued["slurm_job_id"].as_u64().unwrap();
+    b.kill_daemon();
+    // What a crash between sbatch and the record of its answer leaves: the submission marked
+    // as under way, no Slurm id.
+    let db = rusqlite::Connection::open(b.home.join("baton.db")).unwrap();
+    db.execute_batch(&format!(
+        "UPDATE jobs SET slurm_id = NULL, slurm_submitting_at = 1 WHERE id = {id};"
+    ))
+    .unwrap();
+    drop(db);
+    b.serve();
+    b.touch("go");
+    let job = poll(&b, id, 60, "ended", ended);
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    assert_eq!(job["slurm_job_id"], sid, "found again: {job:#}");
+    // Slurm has exactly one job of this daemon for it.
+    let out = Command::new("squeue")
+        .args(["-h", "-t", "all", "-o", "%i|%k"])
+        .arg(format!("--name=baton-{id}"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let comment = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{sid}|")))
+        .unwrap()
+        .to_string();
+    let tag = comment.rsplitn(3, ':').nth(2).unwrap().to_string();
+    let ours: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(&format!("|{tag}:")))
+        .collect();
+    assert_eq!(ours.len(), 1, "{text}");
+    assert!(b.daemon_log().contains("found its interrupted submission"));
 }

@@ -77,14 +77,18 @@ struct Stranger(Child);
 
 impl Stranger {
     fn start() -> Stranger {
-        Stranger(
-            Command::new("sleep")
-                .arg("120")
-                .env_remove("BATON_JOB_ID")
-                .stdin(Stdio::null())
-                .spawn()
-                .unwrap(),
-        )
+        Stranger::claiming(None)
+    }
+
+    /// One whose environment claims it belongs to baton job `job` (anyone can set that).
+    fn claiming(job: Option<&str>) -> Stranger {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("120").stdin(Stdio::null());
+        match job {
+            Some(id) => cmd.env("BATON_JOB_ID", id),
+            None => cmd.env_remove("BATON_JOB_ID"),
+        };
+        Stranger(cmd.spawn().unwrap())
     }
 
     fn pid(&self) -> u32 {
@@ -107,7 +111,8 @@ impl Drop for Stranger {
 #[test]
 fn a_stranger_holding_2_gib_is_killed_in_enforce_mode() {
     let b = start(2, "enforce");
-    let mut stranger = Stranger::start();
+    // It claims to be job 999, which does not exist: a claim is not enough to be spared.
+    let mut stranger = Stranger::claiming(Some("999"));
     on_gpu(&b.home, 1, stranger.pid(), 2 << 30, 0);
     let pid = stranger.pid();
     let entries = poll_audit(&b, "the stranger is signalled", |e| {
@@ -191,8 +196,10 @@ fn an_idle_job_is_warned_then_stopped_and_a_protected_one_is_left_alone() {
         e.iter()
             .any(|e| e["job_id"] == idle && e["action"] == "sigterm")
     });
+    // (A sigkill may follow on a loaded machine if the job takes a second to go.)
+    let steps = actions(&entries, |e| e["job_id"] == idle);
     assert_eq!(
-        actions(&entries, |e| e["job_id"] == idle),
+        steps[..4],
         ["notify", "notify", "deprioritize", "sigterm"],
         "{entries:#?}"
     );

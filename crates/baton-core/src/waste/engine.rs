@@ -318,7 +318,8 @@ impl WasteEngine {
                         }
                         continue;
                     }
-                    let notify = format!("{base}; reporting it to the admin");
+                    let notify =
+                        format!("{base}; logged for the admin (audit, metrics, daemon log)");
                     let term = format!(
                         "{base}; stopping it (SIGTERM, SIGKILL after {})",
                         duration_text(grace)

@@ -24,8 +24,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     };
     let path = Path::new(recipient);
-    let is_socket = path.is_absolute()
-        && std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    let is_socket =
+        path.is_absolute() && std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket());
     if is_socket {
         // The daemon only looks at Slurm sooner; nothing here is trusted or passed on.
         if let Err(e) = poke(path) {
@@ -37,8 +37,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !Path::new(&mailer).exists() {
         return Ok(ExitCode::SUCCESS);
     }
-    let status = std::process::Command::new(&mailer).args(&args.args).status()?;
-    Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
+    let status = std::process::Command::new(&mailer)
+        .args(&args.args)
+        .status()?;
+    Ok(ExitCode::from(
+        status.code().unwrap_or(1).clamp(0, 255) as u8
+    ))
 }
 
 fn poke(socket: &Path) -> std::io::Result<()> {

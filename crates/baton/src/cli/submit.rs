@@ -134,7 +134,10 @@ fn note(job: &JobView) -> String {
             "{n} queued job{} ahead of it",
             if n == 1 { " is" } else { "s are" }
         ),
-        (None, _) => String::new(),
+        // The Slurm backend: Slurm's queue decides when it starts.
+        (None, _) => {
+            "it goes to Slurm's queue (baton status shows its Slurm job id and state)".to_string()
+        }
     };
     let channels = job.notify.join(", ");
     format!(

@@ -37,6 +37,8 @@ pub(super) struct MonitorState {
     jobs: HashMap<JobId, Ring>,
     /// Each GPU process's identity when first seen: a signal goes only to the same process.
     seen: HashMap<u32, Option<u64>>,
+    /// Jobs a waste rule already deprioritised: once per job, however often its ladder runs.
+    deprioritized: std::collections::HashSet<JobId>,
     /// What /proc said of each GPU process last time. A process's environment is fixed at exec,
     /// so while the pid names the same process (same start time) the answer stands, and a
     /// sample costs one small read per process instead of three.
@@ -52,6 +54,7 @@ impl MonitorState {
             jobs: HashMap::new(),
             seen: HashMap::new(),
             facts: HashMap::new(),
+            deprioritized: std::collections::HashSet::new(),
             last_prune: 0,
         }
     }
@@ -74,11 +77,17 @@ impl Daemon {
         loop {
             ticker.tick().await;
             let me = self.clone();
-            let todo = tokio::task::spawn_blocking(move || me.sample_once())
-                .await
-                .unwrap_or_default();
+            let todo = match tokio::task::spawn_blocking(move || me.sample_once()).await {
+                Ok(todo) => todo,
+                Err(e) => {
+                    tracing::error!("a GPU sample failed: {e}");
+                    Vec::new()
+                }
+            };
+            // Notices can take seconds (a webhook, an agent CLI): off the sampling loop.
             for item in todo {
-                self.carry_out(item).await;
+                let me = self.clone();
+                tokio::spawn(async move { me.carry_out(item).await });
             }
         }
     }
@@ -124,7 +133,17 @@ impl Daemon {
         for (id, slot) in ended.iter_mut() {
             *slot = inner.store.get(*id).ok().flatten();
         }
-        let snapshot = snapshot(now, &samples, &facts, &running, &ended);
+        // Whose each process is. A process's `BATON_JOB_ID` is only its claim: anyone can set
+        // it. It counts when the process's user owns that job; else the process is a stranger.
+        let owners: HashMap<u32, ProcOwner> = facts
+            .values()
+            .map(|f| (f.pid, owner_of(f, &running, &ended)))
+            .collect();
+        ended.retain(|id, _| owners.values().any(|o| *o == ProcOwner::Ended(*id)));
+        // A user's daemon judges only that user's processes: others' are not its business
+        // (and not its to signal).
+        let only_uid = (!self.config.system).then_some(self.uid);
+        let snapshot = snapshot(now, &samples, &facts, &owners, only_uid, &running, &ended);
 
         // Series and usage.
         let mut gpu_rows = Vec::with_capacity(samples.len());
@@ -162,7 +181,7 @@ impl Daemon {
                 let mem: u64 = s
                     .processes
                     .iter()
-                    .filter(|p| facts.get(&p.pid).and_then(|f| f.job) == Some(job.id))
+                    .filter(|p| owners.get(&p.pid) == Some(&ProcOwner::Job(job.id)))
                     .map(|p| p.memory)
                     .sum();
                 let util = s.utilization.map(f64::from);
@@ -192,8 +211,9 @@ impl Daemon {
         monitor
             .jobs
             .retain(|id, _| running.iter().any(|r| r.id == *id));
+        // The identity each pid has now (a pid reused since is a new process).
         for f in facts.values() {
-            monitor.seen.entry(f.pid).or_insert(f.start_time);
+            monitor.seen.insert(f.pid, f.start_time);
         }
         monitor.seen.retain(|pid, _| facts.contains_key(pid));
         monitor.facts = facts.clone();
@@ -336,6 +356,12 @@ impl Daemon {
         let Some(record) = inner.active.get(&job).cloned() else {
             return Ok("the job has ended".into());
         };
+        if !inner.monitor.deprioritized.insert(job) {
+            return Ok(format!(
+                "already deprioritised (priority {})",
+                record.priority
+            ));
+        }
         let priority = record.priority - DEPRIORITIZE_BY;
         inner
             .store
@@ -412,7 +438,7 @@ impl Daemon {
                 Ok("SIGKILL sent to the job's processes".into())
             }
             Some(_) => Ok("the job's processes had already exited".into()),
-            None => Err("the job's process group is unknown".into()),
+            None => Ok("the job's process group has exited".into()),
         }
     }
 
@@ -423,7 +449,12 @@ impl Daemon {
         if now.is_none() {
             return Ok(format!("pid {pid} had already exited"));
         }
-        if seen.is_some() && seen != now {
+        if seen.is_none() {
+            return Err(format!(
+                "pid {pid}: its start time cannot be read, so it is left alone"
+            ));
+        }
+        if seen != now {
             return Ok(format!("pid {pid} is now another process: left alone"));
         }
         let signal = if action == Action::Sigkill {
@@ -437,19 +468,13 @@ impl Daemon {
             .map_err(|e| format!("cannot signal pid {pid}: {e}"))
     }
 
-    /// The process group of a running job's current attempt (the supervisor records it).
+    /// The process group of a running job's current attempt, as its supervisor recorded it, if
+    /// its leader is still that process (same start time): a reused group id is never hit.
     fn job_group(&self, job: JobId) -> Option<i32> {
         let attempt = self.lock().active.get(&job)?.attempt;
-        self.files(job)
-            .events()
-            .into_iter()
-            .rev()
-            .find_map(|e| match e {
-                crate::executor::SupervisorEvent::Spawned {
-                    attempt: a, pgid, ..
-                } if a == attempt && pgid > 0 => Some(pgid),
-                _ => None,
-            })
+        let rec = self.files(job).supervisor_of(attempt)?;
+        let (pgid, started) = (rec.pgid?, rec.started?);
+        (pgid > 0 && crate::executor::process_start_time(pgid) == Some(started)).then_some(pgid)
     }
 
     fn publish_gpu_metrics(&self, samples: &[GpuSample], running: &[JobRecord]) {
@@ -480,11 +505,42 @@ impl Daemon {
     }
 }
 
+/// Whose process `f` is: the job it claims, if that job exists and the process's user owns
+/// it; a process of an earlier attempt of a running job is a leftover (`Ended`).
+fn owner_of(
+    f: &ProcessFacts,
+    running: &[JobRecord],
+    ended: &BTreeMap<JobId, Option<JobRecord>>,
+) -> ProcOwner {
+    let Some(job) = f.job else {
+        return ProcOwner::Stranger;
+    };
+    let record = running
+        .iter()
+        .find(|r| r.id == job)
+        .or_else(|| ended.get(&job).and_then(|r| r.as_ref()));
+    let Some(record) = record else {
+        return ProcOwner::Stranger;
+    };
+    if f.uid != Some(record.owner_uid) {
+        return ProcOwner::Stranger;
+    }
+    let current =
+        record.state == JobState::Running && f.attempt.is_none_or(|a| a >= record.attempt);
+    if current {
+        ProcOwner::Job(job)
+    } else {
+        ProcOwner::Ended(job)
+    }
+}
+
 /// The waste engine's view of one sample.
 fn snapshot(
     now: Millis,
     samples: &[GpuSample],
     facts: &HashMap<u32, ProcessFacts>,
+    owners: &HashMap<u32, ProcOwner>,
+    only_uid: Option<u32>,
     running: &[JobRecord],
     ended: &BTreeMap<JobId, Option<JobRecord>>,
 ) -> Snapshot {
@@ -497,13 +553,12 @@ fn snapshot(
             processes: s
                 .processes
                 .iter()
+                .filter(|p| {
+                    only_uid.is_none_or(|uid| facts.get(&p.pid).and_then(|f| f.uid) == Some(uid))
+                })
                 .map(|p| {
                     let f = facts.get(&p.pid);
-                    let owner = match f.and_then(|f| f.job) {
-                        Some(job) if running.iter().any(|r| r.id == job) => ProcOwner::Job(job),
-                        Some(job) => ProcOwner::Ended(job),
-                        None => ProcOwner::Stranger,
-                    };
+                    let owner = owners.get(&p.pid).copied().unwrap_or(ProcOwner::Stranger);
                     ProcObs {
                         pid: p.pid,
                         mem: p.memory,

@@ -38,7 +38,9 @@ impl Daemon {
     }
 
     fn slurm(&self) -> &Slurm {
-        self.slurm.as_ref().expect("only called under the Slurm backend")
+        self.slurm
+            .as_ref()
+            .expect("only called under the Slurm backend")
     }
 
     /// Submits what can be submitted. Runs where the local backend runs its scheduling pass.
@@ -259,7 +261,11 @@ impl Daemon {
             let mut inner = self.lock();
             match found {
                 Ok(Some(sid)) => {
-                    tracing::info!(job = job.id.0, slurm = sid, "found its interrupted submission");
+                    tracing::info!(
+                        job = job.id.0,
+                        slurm = sid,
+                        "found its interrupted submission"
+                    );
                     let _ = inner.store.set_slurm_id(job.id, sid, now_ms());
                     if let Some(j) = inner.active.get_mut(&job.id) {
                         j.slurm_id = Some(sid);
@@ -396,7 +402,10 @@ impl Daemon {
     fn slurm_started(&self, job: &JobRecord, info: &JobInfo) {
         let start = info.start.unwrap_or_else(now_ms);
         let mut inner = self.lock();
-        if let Err(e) = inner.store.mark_started(&[(job.id, info.gpus.clone())], start) {
+        if let Err(e) = inner
+            .store
+            .mark_started(&[(job.id, info.gpus.clone())], start)
+        {
             tracing::error!(job = job.id.0, "cannot record the start: {e}");
             return;
         }
@@ -512,20 +521,29 @@ fn slurm_ending(job: &JobRecord, info: &JobInfo, now: Millis) -> Ending {
                 "cancelled in Slurm (scancel outside baton)".into(),
             ),
         },
-        "TIMEOUT" | "DEADLINE" => (JobState::Timeout, format!("time limit of {} reached", limit())),
+        "TIMEOUT" | "DEADLINE" => (
+            JobState::Timeout,
+            format!("time limit of {} reached", limit()),
+        ),
         "OUT_OF_MEMORY" => (
             JobState::Failed,
             "out of memory: Slurm killed it at its memory limit (OUT_OF_MEMORY)".into(),
         ),
         "NODE_FAIL" => (
             JobState::Failed,
-            format!("node failure: Slurm lost its node {} (NODE_FAIL)", info.nodes),
+            format!(
+                "node failure: Slurm lost its node {} (NODE_FAIL)",
+                info.nodes
+            ),
         ),
         "PREEMPTED" => (
             JobState::Failed,
             "preempted: Slurm stopped it for higher-priority work (PREEMPTED)".into(),
         ),
-        "BOOT_FAIL" => (JobState::Failed, "its node failed to boot (BOOT_FAIL)".into()),
+        "BOOT_FAIL" => (
+            JobState::Failed,
+            "its node failed to boot (BOOT_FAIL)".into(),
+        ),
         _ => match (info.signal, info.exit_code) {
             (Some(sig), _) => (
                 JobState::Failed,
@@ -548,7 +566,12 @@ fn slurm_ending(job: &JobRecord, info: &JobInfo, now: Millis) -> Ending {
 pub fn tag_for(home: &std::path::Path, uid: u32) -> String {
     // FNV-1a: stable across builds and Rust versions, unlike the std hasher.
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in home.as_os_str().as_encoded_bytes().iter().chain(&uid.to_le_bytes()) {
+    for byte in home
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .chain(&uid.to_le_bytes())
+    {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
@@ -562,9 +585,18 @@ mod tests {
     #[test]
     fn tags_are_stable_and_differ_by_home_and_user() {
         let a = tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1000);
-        assert_eq!(a, tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1000));
-        assert_ne!(a, tag_for(std::path::Path::new("/home/b/.local/share/baton"), 1000));
-        assert_ne!(a, tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1001));
+        assert_eq!(
+            a,
+            tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1000)
+        );
+        assert_ne!(
+            a,
+            tag_for(std::path::Path::new("/home/b/.local/share/baton"), 1000)
+        );
+        assert_ne!(
+            a,
+            tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1001)
+        );
         assert_eq!(a.len(), 8);
     }
 
@@ -604,9 +636,15 @@ mod tests {
             ..JobInfo::default()
         };
         let e = slurm_ending(&job, &info("COMPLETED", Some(0), None), 9);
-        assert_eq!((e.state, e.reason, e.at), (JobState::Succeeded, None, 5_000));
+        assert_eq!(
+            (e.state, e.reason, e.at),
+            (JobState::Succeeded, None, 5_000)
+        );
         let e = slurm_ending(&job, &info("FAILED", Some(3), None), 9);
-        assert_eq!((e.state, e.reason.as_deref()), (JobState::Failed, Some("exit code 3")));
+        assert_eq!(
+            (e.state, e.reason.as_deref()),
+            (JobState::Failed, Some("exit code 3"))
+        );
         let e = slurm_ending(&job, &info("FAILED", None, Some(9)), 9);
         assert_eq!(e.reason.as_deref(), Some("killed by signal 9 (SIGKILL)"));
         let e = slurm_ending(&job, &info("TIMEOUT", None, Some(15)), 9);

@@ -17,8 +17,11 @@ pub struct ProcessFacts {
     pub pid: u32,
     /// Its real user id, when readable.
     pub uid: Option<u32>,
-    /// The job found in its environment or an ancestor's.
+    /// The job found in its environment or an ancestor's, and that job's attempt
+    /// (`BATON_ATTEMPT`) as the process knew it. A claim only: the monitor accepts it when
+    /// the process's user owns that job.
     pub job: Option<JobId>,
+    pub attempt: Option<u32>,
     /// Its start time in clock ticks since boot: with the pid, it names the process for good
     /// (a pid is reused; a pid and a start time are not), so a signal never hits a newcomer.
     pub start_time: Option<u64>,
@@ -26,11 +29,11 @@ pub struct ProcessFacts {
 
 /// Looks `pid` up in /proc.
 pub fn facts(pid: u32) -> ProcessFacts {
-    let mut job = None;
+    let (mut job, mut attempt) = (None, None);
     let mut at = pid;
     for _ in 0..MAX_DEPTH {
-        if let Some(found) = job_in_environ(at) {
-            job = Some(found);
+        if let Some((found, a)) = job_in_environ(at) {
+            (job, attempt) = (Some(found), a);
             break;
         }
         match parent(at) {
@@ -42,17 +45,22 @@ pub fn facts(pid: u32) -> ProcessFacts {
         pid,
         uid: uid(pid),
         job,
+        attempt,
         start_time: crate::executor::process_start_time(pid as i32),
     }
 }
 
-/// `BATON_JOB_ID` in the process's environment (as it was at exec).
-fn job_in_environ(pid: u32) -> Option<JobId> {
+/// `BATON_JOB_ID` (and `BATON_ATTEMPT`) in the process's environment (as it was at exec).
+fn job_in_environ(pid: u32) -> Option<(JobId, Option<u32>)> {
     let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
-    environ.split(|&b| b == 0).find_map(|var| {
-        let value = var.strip_prefix(b"BATON_JOB_ID=")?;
-        std::str::from_utf8(value).ok()?.parse().ok().map(JobId)
-    })
+    let var = |name: &[u8]| {
+        environ.split(|&b| b == 0).find_map(|v| {
+            let value = v.strip_prefix(name)?;
+            std::str::from_utf8(value).ok()?.parse::<u64>().ok()
+        })
+    };
+    let job = var(b"BATON_JOB_ID=")?;
+    Some((JobId(job), var(b"BATON_ATTEMPT=").map(|a| a as u32)))
 }
 
 /// The parent pid, from `/proc/PID/stat` (the field after the state, which follows the
@@ -102,6 +110,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert_eq!(job_in_environ(child), None);
+        assert_eq!(job_in_environ(shell.id()), Some((JobId(4242), None)));
         let f = facts(child);
         assert_eq!(f.job, Some(JobId(4242)));
         assert_eq!(f.uid, Some(rustix::process::getuid().as_raw()));

@@ -352,7 +352,10 @@ mod tests {
             "--partition=gpu",
             "--constraint=a100",
         ] {
-            assert!(args.iter().any(|a| a == want), "{want} missing from {args:?}");
+            assert!(
+                args.iter().any(|a| a == want),
+                "{want} missing from {args:?}"
+            );
         }
     }
 
@@ -376,6 +379,9 @@ mod tests {
             .collect();
         let script = batch_script(&submission(&echo, dir));
         let out = Command::new("sh").arg("-c").arg(&script).output().unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "print('hi'); $(rm -rf /)|a b|");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "print('hi'); $(rm -rf /)|a b|"
+        );
     }
 }

@@ -217,11 +217,17 @@ mod tests {
     #[test]
     fn an_ended_job_shows_its_exit_code_or_signal() {
         let failed = RUNNING
-            .replace("JobState=RUNNING Reason=None", "JobState=FAILED Reason=NonZeroExitCode")
+            .replace(
+                "JobState=RUNNING Reason=None",
+                "JobState=FAILED Reason=NonZeroExitCode",
+            )
             .replace("ExitCode=0:0 \\", "ExitCode=3:0")
             .replace(" ExitCode=0:0 ", " ExitCode=3:0 ");
         let info = show(&failed).unwrap();
-        assert_eq!((info.state.as_str(), info.exit_code, info.signal), ("FAILED", Some(3), None));
+        assert_eq!(
+            (info.state.as_str(), info.exit_code, info.signal),
+            ("FAILED", Some(3), None)
+        );
         assert!(info.ended());
         let cancelled = RUNNING
             .replace("JobState=RUNNING", "JobState=CANCELLED")
@@ -233,7 +239,8 @@ mod tests {
 
     #[test]
     fn queue_lines_and_sbatch_ids_parse() {
-        let q = queue("1|COMPLETED|None|vm|wrap|(null)\n2|PENDING|Resources||baton-7|baton:abc:7:1\n");
+        let q =
+            queue("1|COMPLETED|None|vm|wrap|(null)\n2|PENDING|Resources||baton-7|baton:abc:7:1\n");
         assert_eq!(q.len(), 2);
         assert_eq!(q[1].state, "PENDING");
         assert_eq!(q[1].reason, "Resources");
@@ -253,8 +260,9 @@ mod tests {
 
     #[test]
     fn accounting_lines_parse() {
-        let info = accounting("12|baton-3|CANCELLED by 0|0:15|1796063792|1796063795|vm|baton:x:3:1\n")
-            .unwrap();
+        let info =
+            accounting("12|baton-3|CANCELLED by 0|0:15|1796063792|1796063795|vm|baton:x:3:1\n")
+                .unwrap();
         assert_eq!(info.id, 12);
         assert_eq!(info.state, "CANCELLED");
         assert_eq!(info.signal, Some(15));

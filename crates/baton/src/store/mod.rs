@@ -462,7 +462,13 @@ impl Store {
         let tx = self.conn.transaction()?;
         tx.prepare_cached("UPDATE jobs SET slurm_id = ?1 WHERE id = ?2")?
             .execute(params![slurm_id as i64, id.0 as i64])?;
-        log_event(&tx, id.0, at, "slurm-submitted", &format!("Slurm job {slurm_id}"))?;
+        log_event(
+            &tx,
+            id.0,
+            at,
+            "slurm-submitted",
+            &format!("Slurm job {slurm_id}"),
+        )?;
         tx.commit()?;
         Ok(())
     }

@@ -19,7 +19,7 @@ pub struct AuditEntry {
     pub gpu: Option<u32>,
     /// `notify`, `deprioritize`, `sigterm`, `sigkill`, `skip`.
     pub action: String,
-    /// `done`, `dry-run`, `skipped`, or `failed: …`.
+    /// `pending`, `dry-run`, `skipped`, then what carrying it out did (free text, `failed: …`).
     pub outcome: String,
     pub dry_run: bool,
     pub message: String,

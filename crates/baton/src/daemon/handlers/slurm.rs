@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use crate::daemon::Daemon;
 
 pub async fn poke(State(daemon): State<Arc<Daemon>>) -> StatusCode {
+    tracing::info!("Slurm's end-of-job mail says a job changed; looking now");
     daemon.slurm_poke();
     StatusCode::NO_CONTENT
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Query, State};
-use baton_core::JobState;
+use baton_core::{JobId, JobState};
 
 use crate::api::{GpuStats, OwnerStats, SinceQuery, StatsResponse, WasteCount};
 use crate::daemon::views::rfc3339;
@@ -74,10 +74,25 @@ pub async fn handle(
         .collect();
     owners.sort_by(|a, b| b.gpu_hours.total_cmp(&a.gpu_hours));
 
+    // Each attempt's sampled and idle time, counted for the part of its run inside the period
+    // (spread evenly over the run: the store keeps an attempt's sums, not their times).
     let usage = inner.store.usage_since(since)?;
-    let sampled: i64 = usage.iter().map(|u| u.sampled_ms).sum();
-    let idle: i64 = usage.iter().map(|u| u.idle_ms).sum();
-    let idle_share = (sampled > 0).then(|| round3(idle as f64 / sampled as f64));
+    let runs: HashMap<JobId, (i64, i64)> = jobs
+        .iter()
+        .filter_map(|j| Some((j.id, (j.started_at?, j.ended_at.unwrap_or(now)))))
+        .collect();
+    let (mut sampled, mut idle) = (0.0_f64, 0.0_f64);
+    for u in &usage {
+        let share = match runs.get(&u.job) {
+            Some(&(start, end)) if end > start => {
+                ((end.min(now) - start.max(since)).max(0) as f64 / (end - start) as f64).min(1.0)
+            }
+            _ => 1.0,
+        };
+        sampled += u.sampled_ms as f64 * share;
+        idle += u.idle_ms as f64 * share;
+    }
+    let idle_share = (sampled > 0.0).then(|| round3(idle / sampled));
 
     let mut counts: HashMap<(String, String, bool), u64> = HashMap::new();
     for e in inner.store.audit_since(since)? {
@@ -102,7 +117,7 @@ pub async fn handle(
         owners,
         allocated_gpu_hours: round4(allocated_ms / HOUR_MS),
         idle_share,
-        idle_gpu_hours: round4(idle as f64 / HOUR_MS),
+        idle_gpu_hours: round4(idle / HOUR_MS),
         waste_actions,
     }))
 }

@@ -36,9 +36,13 @@ pub async fn handle(
         daemon.metrics.job_submitted();
         inner.active.insert(record.id, record.clone());
         let mut view = job_view(&record);
-        let (position, start) = queue_outlook(&daemon, &inner, &record);
-        view.queue_position = Some(position);
-        view.predicted_start = start.map(rfc3339);
+        // Under Slurm, Slurm's queue decides: baton's outlook would be a guess about another
+        // scheduler (the job's reason says where Slurm has it once submitted).
+        if !daemon.slurm_backend() {
+            let (position, start) = queue_outlook(&daemon, &inner, &record);
+            view.queue_position = Some(position);
+            view.predicted_start = start.map(rfc3339);
+        }
         view
     };
     daemon.wake();
@@ -130,7 +134,12 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
     // Under Slurm the cluster's GPUs are Slurm's to judge: sbatch refuses what can never run,
     // and its message is passed on.
     let local = !daemon.slurm_backend();
-    (if local { admission::check(&request, gpus) } else { Ok(()) }).map_err(|e| {
+    (if local {
+        admission::check(&request, gpus)
+    } else {
+        Ok(())
+    })
+    .map_err(|e| {
         let hint = if gpus.is_empty() && daemon.probe.backend() == "none" {
             " (no GPU driver was found; `baton serve --sim-gpus N` simulates N GPUs)"
         } else {

@@ -159,10 +159,12 @@ pub async fn submit(
 fn check_resources(daemon: &Daemon, spec: &WorkflowSpec) -> Result<(), String> {
     if daemon.slurm_backend() {
         if spec.atomic {
-            return Err("atomic: true needs Slurm heterogeneous jobs, which this baton does not \
+            return Err(
+                "atomic: true needs Slurm heterogeneous jobs, which this baton does not \
                         submit yet; under the Slurm backend submit it with atomic: false (its \
                         tasks then run as Slurm jobs chained by dependencies)"
-                .into());
+                    .into(),
+            );
         }
         // Slurm judges what its cluster can run (sbatch's refusal is passed on).
         return Ok(());
