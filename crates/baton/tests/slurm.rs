@@ -305,3 +305,37 @@ fn an_interrupted_submission_is_found_again_not_made_twice() {
     assert_eq!(ours.len(), 1, "{text}");
     assert!(b.daemon_log().contains("found its interrupted submission"));
 }
+
+#[test]
+fn an_unreachable_slurm_keeps_jobs_queued_with_the_reason() {
+    // No cluster needed: Slurm's commands are looked for where there are none.
+    let b = start_with("[backend]\nkind = \"slurm\"\nbin_dir = \"/nonexistent/slurm/bin\"\n");
+    let id = b.submit(&["--gpus", "1", "--", "true"]);
+    let job = poll(&b, id, 30, "waiting for Slurm", |j| {
+        j["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("waiting for Slurm"))
+    });
+    assert_eq!(job["state"], "queued", "{job:#}");
+    let reason = job["reason"].as_str().unwrap();
+    assert!(reason.contains("/nonexistent/slurm/bin/sbatch"), "{reason}");
+    // It is not lost: it stays queued and can be cancelled.
+    b.run(&["cancel", &id.to_string()]).expect(0);
+    let job = poll(&b, id, 30, "cancelled", ended);
+    assert_eq!(job["state"], "cancelled");
+}
+
+#[test]
+fn atomic_workflows_are_refused_under_slurm_with_the_reason() {
+    let b = start_with("[backend]\nkind = \"slurm\"\nbin_dir = \"/nonexistent/slurm/bin\"\n");
+    let file = b.path("gang.yaml");
+    std::fs::write(
+        &file,
+        "name: gang\natomic: true\ntasks:\n  a: {command: \"true\", gpus: 1}\n  b: {command: \"true\", gpus: 1, after: [a]}\n",
+    )
+    .unwrap();
+    let out = b
+        .run(&["workflow", "submit", file.to_str().unwrap()])
+        .expect(2);
+    assert!(out.stderr.contains("heterogeneous"), "{}", out.stderr);
+}

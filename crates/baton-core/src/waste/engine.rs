@@ -128,6 +128,72 @@ impl ProcState {
         }
     }
 
+    /// The first rung of a process's ladder, both rungs in one observation: notify, then
+    /// SIGTERM (SIGKILL follows `grace` later, see [`ProcState::kill_after_grace`]).
+    #[allow(clippy::too_many_arguments)]
+    fn notify_and_term(
+        &mut self,
+        out: &mut Out,
+        target: Target,
+        now: Millis,
+        grace: Millis,
+        base: &str,
+        notify: &str,
+        evidence: Evidence,
+    ) {
+        let term = format!(
+            "{base}; stopping it (SIGTERM, SIGKILL after {})",
+            duration_text(grace)
+        );
+        out.push(
+            target,
+            Action::Notify,
+            format!("{base}; {notify}"),
+            evidence.clone(),
+        );
+        out.push(target, Action::Sigterm, term, evidence);
+        self.step = Step::Termed(now);
+    }
+
+    /// The last rung: SIGKILL, once `grace` has passed since SIGTERM and `p` (described as
+    /// `who`) still holds at least `min_mem`.
+    #[allow(clippy::too_many_arguments)]
+    fn kill_after_grace(
+        &mut self,
+        out: &mut Out,
+        target: Target,
+        now: Millis,
+        grace: Millis,
+        min_mem: u64,
+        p: &ProcView,
+        who: &str,
+    ) {
+        let Step::Termed(term_at) = self.step else {
+            return;
+        };
+        if now - term_at < grace {
+            return;
+        }
+        let evidence = self.evidence(
+            term_at,
+            now,
+            p.mem,
+            format!(
+                "still holding ≥ {} {} after SIGTERM",
+                format_size(min_mem),
+                duration_text(grace)
+            ),
+        );
+        let message = format!(
+            "GPU {}: {who} still holds {} {} after SIGTERM; killing it (SIGKILL)",
+            p.gpu,
+            format_size(p.mem),
+            format_duration(now - term_at)
+        );
+        out.push(target, Action::Sigkill, message, evidence);
+        self.step = Step::Done;
+    }
+
     fn evidence(&self, from: Millis, now: Millis, mem: u64, threshold: String) -> Evidence {
         Evidence {
             samples: spread(
@@ -318,35 +384,11 @@ impl WasteEngine {
                         }
                         continue;
                     }
-                    let notify =
-                        format!("{base}; logged for the admin (audit, metrics, daemon log)");
-                    let term = format!(
-                        "{base}; stopping it (SIGTERM, SIGKILL after {})",
-                        duration_text(grace)
-                    );
-                    out.push(target, Action::Notify, notify, evidence.clone());
-                    out.push(target, Action::Sigterm, term, evidence);
-                    st.step = Step::Termed(now);
+                    let notify = "logged for the admin (audit, metrics, daemon log)";
+                    st.notify_and_term(out, target, now, grace, &base, notify, evidence);
                 }
-                Step::Termed(term_at) if now - term_at >= grace => {
-                    let evidence = st.evidence(
-                        term_at,
-                        now,
-                        p.mem,
-                        format!(
-                            "still holding ≥ {} {} after SIGTERM",
-                            format_size(rule.min_mem),
-                            duration_text(grace)
-                        ),
-                    );
-                    let message = format!(
-                        "GPU {}: {who} still holds {} {} after SIGTERM; killing it (SIGKILL)",
-                        p.gpu,
-                        format_size(p.mem),
-                        format_duration(now - term_at)
-                    );
-                    out.push(target, Action::Sigkill, message, evidence);
-                    st.step = Step::Done;
+                Step::Termed(_) => {
+                    st.kill_after_grace(out, target, now, grace, rule.min_mem, p, &who);
                 }
                 _ => {}
             }
@@ -592,34 +634,19 @@ impl WasteEngine {
                         }
                         continue;
                     }
-                    let notify = format!("{base}; telling its owner");
-                    let term = format!(
-                        "{base}; stopping it (SIGTERM, SIGKILL after {})",
-                        duration_text(grace)
-                    );
-                    out.push(target, Action::Notify, notify, evidence.clone());
-                    out.push(target, Action::Sigterm, term, evidence);
-                    st.step = Step::Termed(now);
-                }
-                Step::Termed(term_at) if now - term_at >= grace => {
-                    let evidence = st.evidence(
-                        term_at,
+                    st.notify_and_term(
+                        out,
+                        target,
                         now,
-                        p.mem,
-                        format!(
-                            "still holding ≥ {} {} after SIGTERM",
-                            format_size(rule.min_mem),
-                            duration_text(grace)
-                        ),
+                        grace,
+                        &base,
+                        "telling its owner",
+                        evidence,
                     );
-                    let message = format!(
-                        "GPU {}: pid {pid} of {label} still holds {} {} after SIGTERM; killing it (SIGKILL)",
-                        p.gpu,
-                        format_size(p.mem),
-                        format_duration(now - term_at)
-                    );
-                    out.push(target, Action::Sigkill, message, evidence);
-                    st.step = Step::Done;
+                }
+                Step::Termed(_) => {
+                    let who = format!("pid {pid} of {label}");
+                    st.kill_after_grace(out, target, now, grace, rule.min_mem, p, &who);
                 }
                 _ => {}
             }

@@ -27,6 +27,8 @@ use crate::users;
 const SERIES_SPAN_MS: Millis = 60 * 60_000;
 /// Per-minute GPU sums are kept this long.
 const MINUTES_KEPT_MS: Millis = 30 * 86_400_000;
+/// Audit entries are kept this long.
+const AUDIT_KEPT_MS: Millis = 180 * 86_400_000;
 /// How much a deprioritised job's priority drops.
 const DEPRIORITIZE_BY: i64 = 10;
 
@@ -226,7 +228,11 @@ impl Daemon {
         if let Err(e) = inner.store.record_samples(now, &gpu_rows, &job_rows) {
             tracing::error!("cannot record GPU samples: {e}");
         }
-        if prune && let Err(e) = inner.store.prune_samples(now - MINUTES_KEPT_MS) {
+        if prune
+            && let Err(e) = inner
+                .store
+                .prune_samples(now - MINUTES_KEPT_MS, now - AUDIT_KEPT_MS)
+        {
             tracing::warn!("cannot prune old GPU samples: {e}");
         }
         // Durable before acted on: every decision is in the audit log first.
@@ -589,10 +595,7 @@ fn snapshot(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::process::{Child, Command, Stdio};
-
-    use baton_core::GpuRequest;
 
     use super::*;
     use crate::gpu::SimProbe;
@@ -627,24 +630,8 @@ mod tests {
             let job = store
                 .insert(&NewJob {
                     name: Some(format!("train{g}")),
-                    command: vec!["python".into(), "train.py".into()],
-                    cwd: "/tmp".into(),
-                    env: BTreeMap::new(),
-                    owner_uid: 1000,
-                    owner: "alice".into(),
-                    priority: 0,
-                    request: GpuRequest::whole(1),
-                    time_limit: None,
-                    retries: 0,
-                    deps: Vec::new(),
-                    tags: BTreeMap::new(),
-                    submitted_at: 0,
-                    umask: None,
-                    notify: Vec::new(),
-                    session: None,
-                    workflow_id: None,
-                    task: None,
-                    critical_path: 0,
+                    owner_uid: rustix::process::getuid().as_raw(),
+                    ..NewJob::plain(&["python", "train.py"], 1)
                 })
                 .unwrap();
             store.mark_started(&[(job.id, vec![g])], now_ms()).unwrap();

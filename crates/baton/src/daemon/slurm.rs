@@ -606,25 +606,8 @@ mod tests {
         let mut store = crate::store::Store::open(&dir.path().join("baton.db")).unwrap();
         let job = store
             .insert(&crate::store::NewJob {
-                name: None,
-                command: vec!["true".into()],
-                cwd: "/".into(),
-                env: Default::default(),
-                owner_uid: 0,
-                owner: "root".into(),
-                priority: 0,
-                request: baton_core::GpuRequest::whole(1),
                 time_limit: Some(60_000),
-                retries: 0,
-                deps: Vec::new(),
-                tags: Default::default(),
-                submitted_at: 0,
-                umask: None,
-                notify: Vec::new(),
-                session: None,
-                workflow_id: None,
-                task: None,
-                critical_path: 0,
+                ..crate::store::NewJob::plain(&["true"], 1)
             })
             .unwrap();
         let info = |state: &str, exit: Option<i32>, signal: Option<i32>| JobInfo {

@@ -105,9 +105,10 @@ impl Slurm {
     }
 
     fn run(&self, mut cmd: Command, what: &str) -> Result<(bool, String, String), SlurmError> {
+        let program = cmd.get_program().to_string_lossy().into_owned();
         let out = cmd
             .output()
-            .map_err(|e| SlurmError::Unreachable(format!("cannot run {what}: {e}")))?;
+            .map_err(|e| SlurmError::Unreachable(format!("cannot run {program}: {e}")))?;
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
         if !out.status.success() && unreachable(&stderr) {

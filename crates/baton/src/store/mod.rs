@@ -136,6 +136,34 @@ pub struct NewWorkflow {
     pub tasks: Vec<NewTask>,
 }
 
+#[cfg(test)]
+impl NewJob {
+    /// A plain job for tests: `command` as root in `/`, whole GPUs, nothing else set.
+    pub fn plain(command: &[&str], gpus: u32) -> NewJob {
+        NewJob {
+            name: None,
+            command: command.iter().map(|s| s.to_string()).collect(),
+            cwd: "/".into(),
+            env: BTreeMap::new(),
+            owner_uid: 0,
+            owner: "root".into(),
+            priority: 0,
+            request: GpuRequest::whole(gpus),
+            time_limit: None,
+            retries: 0,
+            deps: Vec::new(),
+            tags: BTreeMap::new(),
+            submitted_at: 0,
+            umask: None,
+            notify: Vec::new(),
+            session: None,
+            workflow_id: None,
+            task: None,
+            critical_path: 0,
+        }
+    }
+}
+
 /// A workflow's task as submitted: its job, and the tasks (positions in
 /// [`NewWorkflow::tasks`]) it runs after and asked to share a node with. A task runs only after
 /// tasks listed before it.

@@ -187,11 +187,19 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Drops per-minute GPU sums older than `before`.
-    pub fn prune_samples(&mut self, before: Millis) -> Result<(), StoreError> {
+    /// Drops per-minute GPU sums older than `minutes_before` and audit entries older than
+    /// `audit_before`.
+    pub fn prune_samples(
+        &mut self,
+        minutes_before: Millis,
+        audit_before: Millis,
+    ) -> Result<(), StoreError> {
         self.conn
             .prepare_cached("DELETE FROM gpu_minutes WHERE minute < ?1")?
-            .execute([before])?;
+            .execute([minutes_before])?;
+        self.conn
+            .prepare_cached("DELETE FROM audit WHERE at < ?1")?
+            .execute([audit_before])?;
         Ok(())
     }
 

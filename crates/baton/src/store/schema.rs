@@ -132,7 +132,8 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE jobs ADD COLUMN slurm_id INTEGER;
     ALTER TABLE jobs ADD COLUMN slurm_submitting_at INTEGER;
     ALTER TABLE jobs ADD COLUMN slurm_nodes TEXT;
-    ALTER TABLE jobs ADD COLUMN slurm_state TEXT;",
+    ALTER TABLE jobs ADD COLUMN slurm_state TEXT;
+    CREATE INDEX gpu_minutes_minute ON gpu_minutes (minute);",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {
