@@ -87,6 +87,8 @@ pub fn build(
         cwd: job.cwd.clone(),
         gpus: job.gpus.clone(),
         request: job.request,
+        scheduler_state: job.slurm_state.clone(),
+        nodes: job.slurm_nodes.clone(),
         attempts: job.attempt,
         max_attempts: job.retries + 1,
         submitted_at: job.submitted_at,

@@ -138,6 +138,17 @@ fn find_cause(facts: &JobFacts, reason: Option<&str>, output: &OutputSummary) ->
     if reason.is_some_and(|r| starts_with_ignore_case(r, "dependency failed")) {
         return Some(Cause::DependencyFailed);
     }
+    // What the cluster scheduler says it did outranks what the output suggests.
+    match facts.scheduler_state.as_deref() {
+        Some("OUT_OF_MEMORY") => return Some(Cause::SchedulerOom),
+        Some("NODE_FAIL") => {
+            return Some(Cause::NodeFailure {
+                nodes: facts.nodes.as_deref().map(|n| clean(n, MAX_NAME_CHARS)),
+            });
+        }
+        Some("PREEMPTED") => return Some(Cause::Preempted),
+        _ => {}
+    }
     if facts.started_at.is_none()
         && let Some(message) = reason
     {
@@ -287,6 +298,9 @@ fn cause_summary(cause: &Cause, quote: &dyn Fn(&str) -> String) -> String {
         Cause::PythonException(e) => quote(&exception_text(e)),
         Cause::Signal { name, .. } => format!("killed by {name}"),
         Cause::ExitCode { code } => format!("exit code {code}"),
+        Cause::SchedulerOom => "out of memory (the scheduler's memory limit)".to_string(),
+        Cause::NodeFailure { .. } => "its node failed".to_string(),
+        Cause::Preempted => "preempted".to_string(),
     }
 }
 

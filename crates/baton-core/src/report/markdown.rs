@@ -195,6 +195,22 @@ fn cause_line(r: &Report, cause: &Cause, b: &Budget) -> String {
         Cause::KernelOom => {
             "the kernel OOM killer killed it (host memory ran out, not GPU memory)".to_string()
         }
+        Cause::SchedulerOom => "the cluster scheduler killed it at its memory limit \
+                                (host memory, not GPU memory; ask for more with the scheduler's \
+                                memory option)"
+            .to_string(),
+        Cause::NodeFailure { nodes: Some(nodes) } => {
+            format!(
+                "the node it ran on ({}) failed; the job itself may be fine",
+                quote(nodes)
+            )
+        }
+        Cause::NodeFailure { nodes: None } => {
+            "the node it ran on failed; the job itself may be fine".to_string()
+        }
+        Cause::Preempted => {
+            "the cluster scheduler stopped it for higher-priority work (preempted)".to_string()
+        }
         Cause::CudaOom { line } => format!("CUDA out of memory: {}{}", quote(line), raised_at()),
         Cause::Nccl { line } => format!(
             "NCCL / torch.distributed error: {}{}",

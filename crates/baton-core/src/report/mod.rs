@@ -151,6 +151,12 @@ pub struct JobFacts {
     /// What it asked for (the report compares it with what it used).
     #[serde(default)]
     pub request: GpuRequest,
+    /// The cluster scheduler's final state for it, when a scheduler ran it (Slurm's
+    /// `OUT_OF_MEMORY`, `NODE_FAIL`, `PREEMPTED`, ...), and the nodes it ran on.
+    #[serde(default)]
+    pub scheduler_state: Option<String>,
+    #[serde(default)]
+    pub nodes: Option<String>,
     pub attempts: u32,
     pub max_attempts: u32,
     pub submitted_at: Millis,
@@ -188,17 +194,42 @@ pub struct FileChange {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Cause {
-    TimeLimit { limit_ms: Option<i64> },
-    Cancelled { by: Option<String> },
+    TimeLimit {
+        limit_ms: Option<i64>,
+    },
+    Cancelled {
+        by: Option<String>,
+    },
     DependencyFailed,
-    LaunchFailed { message: String },
+    LaunchFailed {
+        message: String,
+    },
     KernelOom,
-    CudaOom { line: String },
-    Nccl { line: String },
-    NonFiniteLoss { line: String },
+    CudaOom {
+        line: String,
+    },
+    Nccl {
+        line: String,
+    },
+    NonFiniteLoss {
+        line: String,
+    },
     PythonException(PythonException),
-    Signal { signal: i32, name: String },
-    ExitCode { code: i32 },
+    Signal {
+        signal: i32,
+        name: String,
+    },
+    ExitCode {
+        code: i32,
+    },
+    /// The cluster scheduler killed it at its memory limit (Slurm `OUT_OF_MEMORY`).
+    SchedulerOom,
+    /// The node it ran on failed (Slurm `NODE_FAIL`).
+    NodeFailure {
+        nodes: Option<String>,
+    },
+    /// The scheduler stopped it for higher-priority work (Slurm `PREEMPTED`).
+    Preempted,
 }
 
 /// The report of one ended job. Every string in it that came from the job or its submitter is

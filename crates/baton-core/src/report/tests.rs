@@ -28,6 +28,8 @@ fn facts(state: JobState) -> JobFacts {
         cwd: "/home/alice/proj".into(),
         gpus: vec![0],
         request: crate::model::GpuRequest::whole(1),
+        scheduler_state: None,
+        nodes: None,
         attempts: 1,
         max_attempts: 1,
         submitted_at: SUBMITTED,
@@ -941,4 +943,32 @@ fn markdown_stays_safe_for_a_report_not_made_by_build() {
     assert!(md.starts_with("job 1```# injected\n"), "{md}");
     assert!(only_inside_fences(&md, "break out"));
     assert!(!md.contains("\n- fake"));
+}
+
+#[test]
+fn a_cluster_schedulers_verdict_is_the_cause() {
+    for (state, want) in [
+        ("OUT_OF_MEMORY", Cause::SchedulerOom),
+        (
+            "NODE_FAIL",
+            Cause::NodeFailure {
+                nodes: Some("gpu07".into()),
+            },
+        ),
+        ("PREEMPTED", Cause::Preempted),
+    ] {
+        let mut f = facts(JobState::Failed);
+        f.exit_code = None;
+        f.signal = Some(9);
+        f.scheduler_state = Some(state.into());
+        f.nodes = Some("gpu07".into());
+        let r = build(&f, &OutputScanner::new().finish(), &[], &[]);
+        assert_eq!(r.cause, Some(want), "{state}");
+        let md = r.to_markdown();
+        assert!(md.contains("- cause: "), "{md}");
+    }
+    let mut f = facts(JobState::Failed);
+    f.scheduler_state = Some("OUT_OF_MEMORY".into());
+    let md = build(&f, &OutputScanner::new().finish(), &[], &[]).to_markdown();
+    assert!(md.contains("memory limit"), "{md}");
 }
