@@ -66,7 +66,8 @@ pub enum Command {
     /// Serve baton's tools to an agent over MCP (stdio): submit_job, wait_for_jobs, job_report...
     Mcp,
     /// Replay a GPU cluster trace through the scheduler under fifo, backfill and baton's policy,
-    /// or compare atomic and greedy workflow scheduling (`--workflows N`). Simulated clock.
+    /// or compare ways of scheduling workflows (`--workflows N`: atomic, chained with and without
+    /// locality, greedy). Simulated clock.
     Sim(sim::Args),
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`.
     Completions {
