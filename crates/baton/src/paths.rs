@@ -40,9 +40,12 @@ pub fn job_dir(home: &Path, id: u64) -> PathBuf {
     home.join("jobs").join(id.to_string())
 }
 
+/// A workflow's directory: its summary report (and, under Slurm, its batch script).
+pub fn workflow_dir(home: &Path, id: u64) -> PathBuf {
+    home.join("workflows").join(id.to_string())
+}
+
 /// Where a workflow's summary report is stored.
 pub fn workflow_report(home: &Path, id: u64) -> PathBuf {
-    home.join("workflows")
-        .join(id.to_string())
-        .join("report.md")
+    workflow_dir(home, id).join("report.md")
 }

@@ -325,17 +325,128 @@ fn an_unreachable_slurm_keeps_jobs_queued_with_the_reason() {
     assert_eq!(job["state"], "cancelled");
 }
 
+/// Nodes the cluster has (`.ci/slurm-two-nodes.sh` makes the test cluster two).
+fn nodes() -> usize {
+    let out = Command::new("sinfo")
+        .args(["-h", "-N", "-o", "%N"])
+        .output()
+        .unwrap();
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names.len()
+}
+
 #[test]
-fn atomic_workflows_are_refused_under_slurm_with_the_reason() {
-    let b = start_with("[backend]\nkind = \"slurm\"\nbin_dir = \"/nonexistent/slurm/bin\"\n");
+fn an_atomic_workflow_is_one_heterogeneous_job_whose_components_start_together() {
+    if !slurm_up() {
+        return;
+    }
+    if nodes() < 2 {
+        assert!(
+            std::env::var_os("BATON_REQUIRE_SLURM").is_none(),
+            "heterogeneous jobs need two nodes: run .ci/slurm-two-nodes.sh"
+        );
+        eprintln!("skipping: one Slurm node (.ci/slurm-two-nodes.sh makes two)");
+        return;
+    }
+    let b = start();
     let file = b.path("gang.yaml");
     std::fs::write(
         &file,
-        "name: gang\natomic: true\ntasks:\n  a: {command: \"true\", gpus: 1}\n  b: {command: \"true\", gpus: 1, after: [a]}\n",
+        "name: gang\natomic: true\ntasks:\n  \
+         prep: {command: \"echo $CUDA_VISIBLE_DEVICES > prep.gpus\", gpus: 1}\n  \
+         train: {command: \"echo $CUDA_VISIBLE_DEVICES $BATON_TASK > train.gpus\", gpus: 2, after: [prep]}\n",
     )
     .unwrap();
     let out = b
         .run(&["workflow", "submit", file.to_str().unwrap()])
-        .expect(2);
-    assert!(out.stderr.contains("heterogeneous"), "{}", out.stderr);
+        .expect(0);
+    let wf: u64 = out.stdout.trim().parse().unwrap();
+    let until = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        let status = b
+            .run(&["workflow", "status", &wf.to_string(), "--json"])
+            .expect(0)
+            .json();
+        if status["state"] != "queued" && status["state"] != "running" {
+            break status;
+        }
+        assert!(
+            Instant::now() < until,
+            "the workflow did not end: {status:#}\n{}",
+            b.daemon_log()
+        );
+        std::thread::sleep(POLL * 4);
+    };
+    assert_eq!(
+        status["state"],
+        "succeeded",
+        "{status:#}\n{}",
+        b.daemon_log()
+    );
+    let tasks = status["tasks"].as_array().unwrap();
+    let sids: Vec<u64> = tasks
+        .iter()
+        .map(|t| t["job"]["slurm_job_id"].as_u64().unwrap())
+        .collect();
+    assert!(
+        sids.iter().all(|&s| s == sids[0]),
+        "one Slurm job: {sids:?}"
+    );
+    assert_eq!(b.read("prep.gpus").trim().split(',').count(), 1);
+    let train = b.read("train.gpus");
+    assert_eq!(
+        train.split_whitespace().next().unwrap().split(',').count(),
+        2,
+        "{train}"
+    );
+    assert!(train.contains("train"), "{train}");
+    // Both components were allocated, and started, at the same moment.
+    let out = Command::new("squeue")
+        .env("SLURM_TIME_FORMAT", "%s")
+        .args(["-h", "-t", "all", "-o", "%i|%S", "-j", &sids[0].to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let starts: Vec<&str> = text.lines().filter_map(|l| l.split('|').nth(1)).collect();
+    assert_eq!(starts.len(), 2, "two components: {text}");
+    assert_eq!(starts[0], starts[1], "started together: {text}");
+}
+
+#[test]
+fn an_atomic_workflow_bigger_than_the_cluster_is_refused_with_the_reason() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let file = b.path("big.yaml");
+    let tasks: String = (0..nodes() + 1)
+        .map(|i| format!("  t{i}: {{command: \"true\"}}\n"))
+        .collect();
+    std::fs::write(&file, format!("name: big\natomic: true\ntasks:\n{tasks}")).unwrap();
+    let out = b
+        .run(&["workflow", "submit", file.to_str().unwrap()])
+        .expect(0);
+    let wf: u64 = out.stdout.trim().parse().unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = b
+            .run(&["workflow", "status", &wf.to_string(), "--json"])
+            .expect(0)
+            .json();
+        if status["state"] == "failed" {
+            let reason = status["tasks"][0]["job"]["reason"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            assert!(reason.contains("nodes"), "{reason}");
+            break;
+        }
+        assert!(Instant::now() < until, "{status:#}");
+        std::thread::sleep(POLL * 4);
+    }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use baton_core::{DepKind, JobId, JobState, Millis};
 
 use super::{Daemon, now_ms, signal_name};
-use crate::slurm::{JobInfo, QueueLine, Slurm, SlurmError, Submission};
+use crate::slurm::{HetTask, JobInfo, QueueLine, Slurm, SlurmError, Submission};
 use crate::store::{Ending, JobRecord};
 use crate::users;
 
@@ -48,8 +48,43 @@ impl Daemon {
         let now = now_ms();
         let mut submit: Vec<(JobRecord, Vec<String>)> = Vec::new();
         let mut failed: Vec<(JobId, String)> = Vec::new();
+        let mut gangs: Vec<(u64, Vec<JobRecord>)> = Vec::new();
         {
             let mut inner = self.lock();
+            // Atomic workflows go whole, as one heterogeneous job, once none of their tasks is
+            // in Slurm yet (a retried task later goes alone, below).
+            let atomic: Vec<u64> = inner
+                .workflows
+                .values()
+                .filter(|w| w.atomic && w.state == "queued")
+                .map(|w| w.id)
+                .collect();
+            for w in atomic {
+                let tasks: Vec<JobRecord> = inner
+                    .active
+                    .values()
+                    .filter(|j| j.workflow_id == Some(w))
+                    .cloned()
+                    .collect();
+                let fresh = !tasks.is_empty()
+                    && tasks.iter().all(|t| {
+                        t.state == JobState::Queued
+                            && t.slurm_id.is_none()
+                            && t.slurm_submitting_at.is_none()
+                    });
+                if !fresh {
+                    continue;
+                }
+                for t in &tasks {
+                    if let Err(e) = inner.store.mark_slurm_submitting(t.id, now) {
+                        tracing::error!(job = t.id.0, "cannot record the submission: {e}");
+                    }
+                    if let Some(j) = inner.active.get_mut(&t.id) {
+                        j.slurm_submitting_at = Some(now);
+                    }
+                }
+                gangs.push((w, tasks));
+            }
             let queued: Vec<JobRecord> = inner
                 .active
                 .values()
@@ -127,11 +162,14 @@ impl Daemon {
                 self.finish(&mut inner, id, ending);
             }
         }
-        if submit.is_empty() {
+        if submit.is_empty() && gangs.is_empty() {
             return;
         }
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
+            for (workflow, tasks) in gangs {
+                me.submit_gang(workflow, &tasks);
+            }
             for (job, deps) in submit {
                 me.submit_to_slurm(&job, deps);
             }
@@ -228,6 +266,120 @@ impl Daemon {
         }
     }
 
+    /// Submits an atomic workflow as one heterogeneous job: Slurm allocates every task's GPUs
+    /// at once or none; the batch script starts each task as its dependencies succeed.
+    fn submit_gang(self: &Arc<Self>, workflow: u64, tasks: &[JobRecord]) {
+        let mut tasks: Vec<&JobRecord> = tasks.iter().collect();
+        tasks.sort_by_key(|t| t.id); // inserted in dependency order
+        let position: HashMap<JobId, usize> =
+            tasks.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+        let dirs: Vec<std::path::PathBuf> = tasks.iter().map(|t| self.files(t.id).dir).collect();
+        let envs: Vec<_> = tasks
+            .iter()
+            .map(|t| {
+                let mut env = t.env.clone();
+                env.insert("BATON_JOB_ID".into(), t.id.to_string());
+                env.insert("BATON_JOB_NAME".into(), t.name.clone());
+                env.insert("BATON_ATTEMPT".into(), (t.attempt + 1).to_string());
+                env.insert("BATON_WORKFLOW_ID".into(), workflow.to_string());
+                if let Some(task) = &t.task {
+                    env.insert("BATON_TASK".into(), task.clone());
+                }
+                env
+            })
+            .collect();
+        let het: Vec<HetTask<'_>> = tasks
+            .iter()
+            .zip(&dirs)
+            .zip(&envs)
+            .map(|((t, dir), env)| HetTask {
+                job: t.id.0,
+                command: &t.command,
+                cwd: &t.cwd,
+                gpus: t.request.count,
+                dir,
+                after: t
+                    .deps
+                    .iter()
+                    .filter_map(|d| position.get(&d.job).copied())
+                    .collect(),
+                env: env.clone(),
+                umask: t.umask,
+            })
+            .collect();
+        // Every component lives until the last task ends: the sum of the tasks' limits.
+        let limit = tasks.iter().map(|t| t.time_limit).sum::<Option<i64>>();
+        let dir = crate::paths::workflow_dir(&self.config.home, workflow);
+        let result = match self.run_as(tasks[0]) {
+            Err(e) => Err(SlurmError::Refused(e)),
+            Ok(run_as) => self.slurm().submit_het(
+                workflow,
+                tasks[0].attempt + 1,
+                &het,
+                limit,
+                &dir,
+                &tasks[0].env,
+                run_as.as_ref(),
+            ),
+        };
+        let now = now_ms();
+        let mut inner = self.lock();
+        match result {
+            Ok(sid) => {
+                tracing::info!(
+                    workflow,
+                    slurm = sid,
+                    tasks = tasks.len(),
+                    "submitted to Slurm as one heterogeneous job"
+                );
+                for t in &tasks {
+                    if let Err(e) = inner.store.set_slurm_id(t.id, sid, now) {
+                        tracing::error!(job = t.id.0, "cannot record Slurm job {sid}: {e}");
+                    }
+                    if let Some(j) = inner.active.get_mut(&t.id) {
+                        j.slurm_id = Some(sid);
+                        j.reason = Some(format!("Slurm job {sid}: submitted (heterogeneous)"));
+                    }
+                }
+            }
+            Err(SlurmError::Refused(message)) => {
+                for t in &tasks {
+                    let ending = Ending {
+                        state: JobState::Failed,
+                        exit_code: None,
+                        signal: None,
+                        reason: Some(format!("Slurm refused the workflow: {message}")),
+                        at: now,
+                    };
+                    self.finish(&mut inner, t.id, ending);
+                }
+            }
+            Err(e @ SlurmError::Unreachable(_)) => {
+                tracing::warn!(workflow, "{e}; trying again in 5 s");
+                for t in &tasks {
+                    let _ = inner.store.clear_slurm_submitting(t.id);
+                    if let Some(j) = inner.active.get_mut(&t.id) {
+                        j.slurm_submitting_at = None;
+                        j.reason = Some(format!("waiting for Slurm: {e}"));
+                    }
+                }
+                let me = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(RETRY_UNREACHABLE).await;
+                    me.wake();
+                });
+            }
+        }
+    }
+
+    /// Whether a job is a task of an atomic workflow that went to Slurm as one heterogeneous
+    /// job (its state then comes from the files its step leaves). Its script says so, which
+    /// survives a restart; a retried task goes alone with a plain script.
+    fn in_gang(&self, job: &JobRecord) -> bool {
+        std::fs::read_to_string(self.files(job.id).dir.join("slurm.sh"))
+            .is_ok_and(|s| s.contains(crate::slurm::HET_MARKER))
+    }
+
     /// The identity a job's Slurm commands run as: its owner's, when the daemon serves others.
     fn run_as(&self, job: &JobRecord) -> Result<Option<crate::executor::RunAs>, String> {
         if !(self.config.system && job.owner_uid != self.uid) {
@@ -257,7 +409,16 @@ impl Daemon {
             .cloned()
             .collect();
         for job in interrupted {
-            let found = self.slurm().find(job.id.0, job.attempt + 1);
+            let gang = job.workflow_id.filter(|w| {
+                self.lock()
+                    .workflows
+                    .get(w)
+                    .is_some_and(|wf| wf.atomic && wf.state == "queued")
+            });
+            let found = match gang {
+                Some(w) => self.slurm().find_het(w, job.attempt + 1),
+                None => self.slurm().find(job.id.0, job.attempt + 1),
+            };
             let mut inner = self.lock();
             match found {
                 Ok(Some(sid)) => {
@@ -324,8 +485,23 @@ impl Daemon {
     /// One look at the tracked jobs; applies what changed.
     fn slurm_check(self: &Arc<Self>, tracked: &[(JobId, u64)]) -> Check {
         let ids: Vec<u64> = tracked.iter().map(|(_, sid)| *sid).collect();
+        let mut ids = ids;
+        ids.sort_unstable();
+        ids.dedup();
+        // A heterogeneous job lists one line per component: it is over when all are.
         let lines: HashMap<u64, QueueLine> = match self.slurm().queue(&ids) {
-            Ok(lines) => lines.into_iter().map(|l| (l.id, l)).collect(),
+            Ok(lines) => {
+                let mut by_id: HashMap<u64, QueueLine> = HashMap::new();
+                for l in lines {
+                    match by_id.get(&l.id) {
+                        Some(seen) if !crate::slurm::parse::is_final(&seen.state) => {}
+                        _ => {
+                            by_id.insert(l.id, l);
+                        }
+                    }
+                }
+                by_id
+            }
             Err(e) => {
                 tracing::warn!("{e}");
                 return Check::Quiet { running: true };
@@ -341,6 +517,14 @@ impl Daemon {
                 continue; // ended or resubmitted meanwhile
             };
             let is_final = line.is_none() || crate::slurm::parse::is_final(state);
+            if self.in_gang(&job) {
+                match self.gang_task_check(&job, sid, is_final) {
+                    Some(true) => changed = true,
+                    Some(false) => running = true,
+                    None => {}
+                }
+                continue;
+            }
             if !is_final && state != "RUNNING" && state != "COMPLETING" {
                 // Waiting in Slurm's queue (or suspended): say why.
                 let reason = match line {
@@ -396,6 +580,89 @@ impl Daemon {
         } else {
             Check::Quiet { running }
         }
+    }
+
+    /// A task of a heterogeneous job, from the files its runner and step leave: started (with
+    /// its GPUs and node), ended (exit code, or `dep`), or never run because Slurm ended the
+    /// whole job first. `Some(true)`: something changed; `Some(false)`: still going.
+    fn gang_task_check(&self, job: &JobRecord, sid: u64, slurm_done: bool) -> Option<bool> {
+        let dir = self.files(job.id).dir;
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
+        let started = read(crate::slurm::HET_START).and_then(|s| s.trim().parse::<i64>().ok());
+        let exit = read(crate::slurm::HET_EXIT).map(|s| s.trim().to_string());
+        let mut changed = false;
+        if job.state == JobState::Queued
+            && let Some(start) = started
+        {
+            let placed = read(crate::slurm::HET_GPUS).unwrap_or_default();
+            let mut lines = placed.lines();
+            let info = JobInfo {
+                id: sid,
+                state: "RUNNING".into(),
+                start: Some(start * 1000),
+                gpus: lines
+                    .next()
+                    .unwrap_or("")
+                    .split(',')
+                    .filter_map(|g| g.trim().parse().ok())
+                    .collect(),
+                nodes: lines.next().unwrap_or("").trim().to_string(),
+                ..JobInfo::default()
+            };
+            // Wait for the step to say where it runs, unless it has already ended.
+            if !placed.is_empty() || exit.is_some() {
+                self.slurm_started(job, &info);
+                changed = true;
+            }
+        }
+        let now = now_ms();
+        let ending = match exit.as_deref() {
+            Some("dep") => Some(Ending {
+                state: JobState::Failed,
+                exit_code: None,
+                signal: None,
+                reason: Some("dependency failed: a task it runs after did not succeed".into()),
+                at: now,
+            }),
+            Some(code) => {
+                let code: i32 = code.parse().unwrap_or(1);
+                let info = JobInfo {
+                    id: sid,
+                    state: if code == 0 { "COMPLETED" } else { "FAILED" }.into(),
+                    exit_code: Some(code),
+                    end: Some(now),
+                    ..JobInfo::default()
+                };
+                Some(slurm_ending(job, &info, now))
+            }
+            // Slurm ended the whole job (a time limit, a cancel, a node failure) before this
+            // task's step ended: Slurm's state says why.
+            None if slurm_done => {
+                let info = self
+                    .slurm()
+                    .show(sid)
+                    .ok()
+                    .flatten()
+                    .or_else(|| self.slurm().accounting(sid).ok().flatten())
+                    .unwrap_or(JobInfo {
+                        id: sid,
+                        state: "FAILED".into(),
+                        ..JobInfo::default()
+                    });
+                Some(slurm_ending(job, &info, now))
+            }
+            None => None,
+        };
+        let Some(ending) = ending else {
+            return Some(changed);
+        };
+        // No retries inside a heterogeneous job: its allocation is the workflow's, and the tasks
+        // after this one have already been told how it went.
+        let mut inner = self.lock();
+        if inner.active.contains_key(&job.id) {
+            self.finish(&mut inner, job.id, ending);
+        }
+        Some(true)
     }
 
     /// Slurm started the job: it is running, on the GPUs Slurm gave it.

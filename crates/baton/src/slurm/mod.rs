@@ -306,6 +306,238 @@ fn quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
+/// One task of an atomic workflow, a component of its heterogeneous job.
+pub struct HetTask<'a> {
+    pub job: u64,
+    pub command: &'a [String],
+    pub cwd: &'a str,
+    pub gpus: u32,
+    /// The task's own directory (`jobs/<id>/`): its output, script and status files.
+    pub dir: &'a Path,
+    /// Positions (in the task list) of the tasks it runs after.
+    pub after: Vec<usize>,
+    /// Its environment, exported by its own script (tasks of one workflow may differ).
+    pub env: BTreeMap<String, String>,
+    pub umask: Option<u32>,
+}
+
+/// The files a heterogeneous job's batch script leaves in each task's directory: when the
+/// task's step started, on which GPUs and node, and how it ended (`0`, an exit code, or `dep`
+/// when a task it runs after did not succeed).
+pub const HET_START: &str = "slurm-start";
+pub const HET_GPUS: &str = "slurm-gpus";
+pub const HET_EXIT: &str = "slurm-exit";
+/// What a task's script says when it is a component of a heterogeneous job.
+pub const HET_MARKER: &str = "a task of an atomic workflow";
+
+impl Slurm {
+    /// Submits an atomic workflow as one heterogeneous job: component K is task K's GPUs, all
+    /// allocated at once or not at all; the batch script (in `dir`) starts each task as a job
+    /// step on its component once the tasks it runs after have succeeded.
+    #[allow(clippy::too_many_arguments)]
+    pub fn submit_het(
+        &self,
+        workflow: u64,
+        attempt: u32,
+        tasks: &[HetTask<'_>],
+        time_limit_ms: Option<i64>,
+        dir: &Path,
+        env: &BTreeMap<String, String>,
+        run_as: Option<&RunAs>,
+    ) -> Result<u64, SlurmError> {
+        // Slurm gives each component nodes of its own, so a workflow needs a node per task; with
+        // fewer it would wait forever.
+        let nodes = self.node_count()?;
+        if tasks.len() > nodes {
+            return Err(SlurmError::Refused(format!(
+                "an atomic workflow of {} tasks needs {} nodes (Slurm runs each component of a \
+                 heterogeneous job on nodes of its own), and the cluster has {nodes}; make it \
+                 smaller or non-atomic",
+                tasks.len(),
+                tasks.len()
+            )));
+        }
+        let refused = |e: std::io::Error| SlurmError::Refused(format!("cannot write scripts: {e}"));
+        std::fs::create_dir_all(dir).map_err(refused)?;
+        for t in tasks {
+            std::fs::create_dir_all(t.dir).map_err(refused)?;
+            for f in [HET_START, HET_GPUS, HET_EXIT] {
+                let _ = std::fs::remove_file(t.dir.join(f));
+            }
+            std::fs::write(t.dir.join("slurm.sh"), het_task_script(t)).map_err(refused)?;
+        }
+        let script = dir.join("slurm.sh");
+        std::fs::write(&script, het_batch_script(tasks)).map_err(refused)?;
+        let mut cmd = self.command("sbatch");
+        cmd.args(self.het_args(workflow, attempt, tasks, time_limit_ms, dir))
+            .arg(&script);
+        cmd.env_clear().envs(env).env("SLURM_TIME_FORMAT", "%s");
+        for var in ["SLURM_CONF", "MUNGE_SOCKET"] {
+            if let Some(v) = std::env::var_os(var)
+                && !env.contains_key(var)
+            {
+                cmd.env(var, v);
+            }
+        }
+        if let Some(run_as) = run_as {
+            crate::executor::run_as_user(&mut cmd, run_as);
+        }
+        let (ok, stdout, stderr) = self.run(cmd, "sbatch")?;
+        if !ok {
+            let message = stderr
+                .strip_prefix("sbatch: error: ")
+                .unwrap_or(&stderr)
+                .replace("\nsbatch: error: ", "; ");
+            return Err(SlurmError::Refused(message));
+        }
+        parse::sbatch_id(&stdout)
+            .ok_or_else(|| SlurmError::Refused(format!("sbatch printed no job id: {stdout}")))
+    }
+
+    /// `sbatch` arguments of a heterogeneous job: the common options, then one `:`-separated
+    /// group per component.
+    pub fn het_args(
+        &self,
+        workflow: u64,
+        attempt: u32,
+        tasks: &[HetTask<'_>],
+        time_limit_ms: Option<i64>,
+        dir: &Path,
+    ) -> Vec<String> {
+        let mut args = vec![
+            "--parsable".to_string(),
+            format!("--job-name=baton-w{workflow}"),
+            format!("--comment=baton:{}:w{workflow}:{attempt}", self.tag),
+            format!("--output={}", dir.join("slurm.out").display()),
+            "--export=ALL".to_string(),
+        ];
+        for (flag, value) in [
+            ("--partition", &self.settings.partition),
+            ("--account", &self.settings.account),
+            ("--qos", &self.settings.qos),
+        ] {
+            if let Some(v) = value {
+                args.push(format!("{flag}={v}"));
+            }
+        }
+        args.extend(self.settings.sbatch_args.iter().cloned());
+        for (k, t) in tasks.iter().enumerate() {
+            if k > 0 {
+                args.push(":".into());
+            }
+            args.push("--ntasks=1".into());
+            if t.gpus > 0 {
+                args.push(format!("--gres=gpu:{}", t.gpus));
+            }
+            if let Some(ms) = time_limit_ms {
+                args.push(format!("--time={}", (ms.max(1) + 59_999) / 60_000));
+            }
+        }
+        args
+    }
+
+    /// How many nodes the partition (or the default one) has.
+    fn node_count(&self) -> Result<usize, SlurmError> {
+        let mut cmd = self.command("sinfo");
+        cmd.args(["-h", "-N", "-o", "%N"]);
+        if let Some(p) = &self.settings.partition {
+            cmd.arg(format!("--partition={p}"));
+        }
+        let (ok, stdout, stderr) = self.run(cmd, "sinfo")?;
+        if !ok {
+            return Err(SlurmError::Unreachable(format!("sinfo: {stderr}")));
+        }
+        let mut nodes: Vec<&str> = stdout
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        Ok(nodes.len())
+    }
+
+    /// Finds an interrupted submission of a workflow's heterogeneous job.
+    pub fn find_het(&self, workflow: u64, attempt: u32) -> Result<Option<u64>, SlurmError> {
+        let mut cmd = self.command("squeue");
+        cmd.args(["-h", "-t", "all", "-o", parse::QUEUE_FORMAT])
+            .arg(format!("--name=baton-w{workflow}"));
+        let (ok, stdout, stderr) = self.run(cmd, "squeue")?;
+        if !ok {
+            return Err(SlurmError::Unreachable(format!("squeue: {stderr}")));
+        }
+        let comment = format!("baton:{}:w{workflow}:{attempt}", self.tag);
+        Ok(parse::queue(&stdout)
+            .into_iter()
+            .find(|l| l.comment == comment)
+            .map(|l| l.id))
+    }
+}
+
+/// A task's own script, run as a job step on its component: its environment, its GPUs and
+/// node recorded for baton, then its command.
+fn het_task_script(t: &HetTask<'_>) -> String {
+    let mut out = format!("#!/bin/sh\n# baton job {} ({HET_MARKER})\n", t.job);
+    for (k, v) in &t.env {
+        let valid = !k.is_empty()
+            && !k.starts_with(|c: char| c.is_ascii_digit())
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if valid && !k.starts_with("SLURM_") && k != "CUDA_VISIBLE_DEVICES" {
+            out.push_str(&format!("export {k}={}\n", quote(v)));
+        }
+    }
+    out.push_str("export CUDA_DEVICE_ORDER=PCI_BUS_ID\n");
+    if t.gpus == 0 {
+        out.push_str("export CUDA_VISIBLE_DEVICES=\n");
+    }
+    out.push_str("export BATON_GPUS=\"${CUDA_VISIBLE_DEVICES-}\"\n");
+    let dir = quote(&t.dir.display().to_string());
+    out.push_str(&format!(
+        "printf '%s\\n%s\\n' \"${{CUDA_VISIBLE_DEVICES-}}\" \"$(hostname)\" > {dir}/{HET_GPUS}\n"
+    ));
+    out.push_str(&format!("cd {} || exit 1\n", quote(t.cwd)));
+    if let Some(mask) = t.umask {
+        out.push_str(&format!("umask {:03o}\n", mask & 0o777));
+    }
+    out.push_str("exec");
+    for word in t.command {
+        out.push(' ');
+        out.push_str(&quote(word));
+    }
+    out.push('\n');
+    out
+}
+
+/// The batch script of a heterogeneous job: one runner per task, each waiting for the tasks it
+/// runs after, then starting its step on its own component.
+fn het_batch_script(tasks: &[HetTask<'_>]) -> String {
+    let mut out = format!(
+        "#!/bin/sh\n# an atomic workflow of {} tasks (written by baton; Slurm runs it)\n",
+        tasks.len()
+    );
+    out.push_str(
+        "finish() { printf '%s\\n' \"$2\" > \"$1/slurm-exit.tmp\" && mv \"$1/slurm-exit.tmp\" \"$1/slurm-exit\"; }\n",
+    );
+    for (k, t) in tasks.iter().enumerate() {
+        let d = quote(&t.dir.display().to_string());
+        out.push_str(&format!("run{k}() {{\n"));
+        for &p in &t.after {
+            let pd = quote(&tasks[p].dir.display().to_string());
+            out.push_str(&format!(
+                "  while [ ! -s {pd}/{HET_EXIT} ]; do sleep 0.2; done\n  \
+                 [ \"$(cat {pd}/{HET_EXIT})\" = 0 ] || {{ finish {d} dep; return; }}\n"
+            ));
+        }
+        out.push_str(&format!(
+            "  date +%s > {d}/{HET_START}\n  \
+             srun --het-group={k} --ntasks=1 --export=ALL --output={d}/stdout --error={d}/stderr \
+             sh {d}/slurm.sh\n  finish {d} $?\n}}\nrun{k} &\n"
+        ));
+    }
+    out.push_str("wait\n");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,5 +616,52 @@ mod tests {
             String::from_utf8_lossy(&out.stdout),
             "print('hi'); $(rm -rf /)|a b|"
         );
+    }
+
+    #[test]
+    fn a_heterogeneous_job_has_a_component_per_task_and_runs_them_in_order() {
+        let slurm = Slurm::new(BackendSettings::default(), "h1".into());
+        let (a, b) = (Path::new("/s/jobs/1"), Path::new("/s/jobs/2"));
+        let cmd = vec!["true".to_string()];
+        let task = |job, dir, gpus, after: Vec<usize>| HetTask {
+            job,
+            command: &cmd,
+            cwd: "/w",
+            gpus,
+            dir,
+            after,
+            env: BTreeMap::from([("BATON_TASK".to_string(), format!("t{job}"))]),
+            umask: None,
+        };
+        let tasks = [task(1, a, 1, vec![]), task(2, b, 2, vec![0])];
+        let args = slurm.het_args(3, 1, &tasks, Some(120_000), Path::new("/s/workflows/3"));
+        let tail: Vec<&str> = args
+            .iter()
+            .skip_while(|a| *a != "--ntasks=1")
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            tail,
+            [
+                "--ntasks=1",
+                "--gres=gpu:1",
+                "--time=2",
+                ":",
+                "--ntasks=1",
+                "--gres=gpu:2",
+                "--time=2"
+            ]
+        );
+        assert!(args.contains(&"--comment=baton:h1:w3:1".to_string()));
+        let script = het_batch_script(&tasks);
+        assert!(script.contains("srun --het-group=0 "), "{script}");
+        assert!(script.contains("srun --het-group=1 "), "{script}");
+        // Task 2 waits for task 1's exit file and gives up if it failed.
+        let run1 = &script[script.find("run1()").unwrap()..];
+        assert!(run1.contains("'/s/jobs/1'/slurm-exit"), "{script}");
+        assert!(run1.contains("finish '/s/jobs/2' dep"), "{script}");
+        let own = het_task_script(&tasks[1]);
+        assert!(own.contains("export BATON_TASK='t2'"), "{own}");
+        assert!(own.contains(HET_MARKER));
     }
 }

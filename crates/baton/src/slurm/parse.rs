@@ -24,7 +24,8 @@ pub fn queue(text: &str) -> Vec<QueueLine> {
     text.lines()
         .filter_map(|line| {
             let mut f = line.trim().splitn(6, '|');
-            let id = f.next()?.trim().parse().ok()?;
+            // A heterogeneous job's components are listed as `ID+OFFSET`.
+            let id = f.next()?.trim().split('+').next()?.parse().ok()?;
             Some(QueueLine {
                 id,
                 state: f.next()?.to_string(),
@@ -245,6 +246,8 @@ mod tests {
         assert_eq!(q[1].state, "PENDING");
         assert_eq!(q[1].reason, "Resources");
         assert_eq!(q[1].comment, "baton:abc:7:1");
+        let het = queue("403+0|RUNNING|None|vm1|baton-w3|c\n403+1|RUNNING|None|vm2|baton-w3|c\n");
+        assert_eq!((het[0].id, het[1].id), (403, 403));
         assert_eq!(sbatch_id("42\n"), Some(42));
         assert_eq!(sbatch_id("43;cluster\n"), Some(43));
         assert_eq!(sbatch_id("Submitted batch job 44"), None);

@@ -158,15 +158,8 @@ pub async fn submit(
 /// workflow whose tasks cannot all hold their GPUs at once.
 fn check_resources(daemon: &Daemon, spec: &WorkflowSpec) -> Result<(), String> {
     if daemon.slurm_backend() {
-        if spec.atomic {
-            return Err(
-                "atomic: true needs Slurm heterogeneous jobs, which this baton does not \
-                        submit yet; under the Slurm backend submit it with atomic: false (its \
-                        tasks then run as Slurm jobs chained by dependencies)"
-                    .into(),
-            );
-        }
-        // Slurm judges what its cluster can run (sbatch's refusal is passed on).
+        // Slurm judges what its cluster can run (sbatch's refusal is passed on); an atomic
+        // workflow becomes one heterogeneous job, allocated whole or not at all.
         return Ok(());
     }
     for task in &spec.tasks {
