@@ -5,26 +5,36 @@
 # heterogeneous job on the same node, so testing those needs two nodes.
 # Debian's Slurm 22.05 supports several slurmd on one host (%n in the per-node paths).
 # Daemons are stopped by their pid files, never by name. Idempotent.
+#
+#   .ci/slurm-two-nodes.sh          # after start-slurm.sh
+#   .ci/slurm-two-nodes.sh --stop   # stops the two slurmd (stop-slurm.sh knows only its own)
 set -euo pipefail
 dir=${SLURM_TEST_DIR:-/tmp/slurm-test}
 conf=$dir/etc/slurm.conf
 export SLURM_CONF=$conf
+stop() { # pid file: SIGTERM to the slurmd it names (checked by /proc/PID/comm), then wait
+  [ -f "$1" ] || return 0
+  local pid; pid=$(tr -dc '0-9' < "$1")
+  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do
+      { [ -d "/proc/$pid" ] && ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null; } || break
+      sleep 0.1
+    done
+  fi
+  rm -f "$1"
+}
+if [ "${1:-}" = "--stop" ]; then
+  stop "$dir/run/slurmd-vm1.pid" slurmd
+  stop "$dir/run/slurmd-vm2.pid" slurmd
+  exit 0
+fi
 if grep -q '^NodeName=vm1 ' "$conf"; then
   echo "[slurm-two-nodes] already two nodes"
   exit 0
 fi
-stop() { # pid file
-  [ -f "$1" ] || return 0
-  local pid; pid=$(cat "$1")
-  if [ -d "/proc/$pid" ]; then kill "$pid" 2>/dev/null || true; fi
-  for _ in $(seq 50); do
-    { [ -d "/proc/$pid" ] && ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null; } || break
-    sleep 0.1
-  done
-  rm -f "$1"
-}
-stop "$dir/run/slurmd.pid"
-stop "$dir/run/slurmctld.pid"
+stop "$dir/run/slurmd.pid" slurmd
+stop "$dir/run/slurmctld.pid" slurmctld
 line=$(grep '^NodeName=' "$conf")
 host=$(sed -E 's/^NodeName=([^ ]+).*/\1/' <<<"$line")
 cpus=$(sed -E 's/.* CPUs=([0-9]+).*/\1/' <<<"$line")

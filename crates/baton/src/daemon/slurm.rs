@@ -252,16 +252,7 @@ impl Daemon {
             }
             Err(e @ SlurmError::Unreachable(_)) => {
                 tracing::warn!(job = job.id.0, "{e}; trying again in 5 s");
-                let _ = inner.store.clear_slurm_submitting(job.id);
-                if let Some(j) = inner.active.get_mut(&job.id) {
-                    j.slurm_submitting_at = None;
-                    j.reason = Some(format!("waiting for Slurm: {e}"));
-                }
-                let me = self.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(RETRY_UNREACHABLE).await;
-                    me.wake();
-                });
+                self.submit_later(&mut inner, &[job.id], &e);
             }
         }
     }
@@ -356,20 +347,27 @@ impl Daemon {
             }
             Err(e @ SlurmError::Unreachable(_)) => {
                 tracing::warn!(workflow, "{e}; trying again in 5 s");
-                for t in &tasks {
-                    let _ = inner.store.clear_slurm_submitting(t.id);
-                    if let Some(j) = inner.active.get_mut(&t.id) {
-                        j.slurm_submitting_at = None;
-                        j.reason = Some(format!("waiting for Slurm: {e}"));
-                    }
-                }
-                let me = self.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(RETRY_UNREACHABLE).await;
-                    me.wake();
-                });
+                let ids: Vec<JobId> = tasks.iter().map(|t| t.id).collect();
+                self.submit_later(&mut inner, &ids, &e);
             }
         }
+    }
+
+    /// Slurm did not answer: the jobs go back to waiting for submission, with the reason, and
+    /// the next pass in a few seconds tries again.
+    fn submit_later(self: &Arc<Self>, inner: &mut super::Inner, ids: &[JobId], e: &SlurmError) {
+        for id in ids {
+            let _ = inner.store.clear_slurm_submitting(*id);
+            if let Some(j) = inner.active.get_mut(id) {
+                j.slurm_submitting_at = None;
+                j.reason = Some(format!("waiting for Slurm: {e}"));
+            }
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(RETRY_UNREACHABLE).await;
+            me.wake();
+        });
     }
 
     /// Whether a job is a task of an atomic workflow that went to Slurm as one heterogeneous

@@ -127,13 +127,24 @@ impl Slurm {
         let script = s.dir.join("slurm.sh");
         std::fs::write(&script, batch_script(s))
             .map_err(|e| SlurmError::Refused(format!("cannot write {}: {e}", script.display())))?;
+        self.sbatch(self.sbatch_args(s), &script, &s.env, run_as)
+    }
+
+    /// Runs `sbatch ARGS SCRIPT` in `env` (exported whole to the job; Slurm sets the GPUs), as
+    /// `run_as` when given; returns the Slurm job id, or sbatch's own refusal.
+    fn sbatch(
+        &self,
+        args: Vec<String>,
+        script: &Path,
+        env: &BTreeMap<String, String>,
+        run_as: Option<&RunAs>,
+    ) -> Result<u64, SlurmError> {
         let mut cmd = self.command("sbatch");
-        cmd.args(self.sbatch_args(s)).arg(&script);
-        // The job's environment is sbatch's, exported whole; Slurm sets the GPUs.
-        cmd.env_clear().envs(&s.env).env("SLURM_TIME_FORMAT", "%s");
+        cmd.args(args).arg(script);
+        cmd.env_clear().envs(env).env("SLURM_TIME_FORMAT", "%s");
         for var in ["SLURM_CONF", "MUNGE_SOCKET"] {
             if let Some(v) = std::env::var_os(var)
-                && !s.env.contains_key(var)
+                && !env.contains_key(var)
             {
                 cmd.env(var, v);
             }
@@ -368,30 +379,8 @@ impl Slurm {
         }
         let script = dir.join("slurm.sh");
         std::fs::write(&script, het_batch_script(tasks)).map_err(refused)?;
-        let mut cmd = self.command("sbatch");
-        cmd.args(self.het_args(workflow, attempt, tasks, time_limit_ms, dir))
-            .arg(&script);
-        cmd.env_clear().envs(env).env("SLURM_TIME_FORMAT", "%s");
-        for var in ["SLURM_CONF", "MUNGE_SOCKET"] {
-            if let Some(v) = std::env::var_os(var)
-                && !env.contains_key(var)
-            {
-                cmd.env(var, v);
-            }
-        }
-        if let Some(run_as) = run_as {
-            crate::executor::run_as_user(&mut cmd, run_as);
-        }
-        let (ok, stdout, stderr) = self.run(cmd, "sbatch")?;
-        if !ok {
-            let message = stderr
-                .strip_prefix("sbatch: error: ")
-                .unwrap_or(&stderr)
-                .replace("\nsbatch: error: ", "; ");
-            return Err(SlurmError::Refused(message));
-        }
-        parse::sbatch_id(&stdout)
-            .ok_or_else(|| SlurmError::Refused(format!("sbatch printed no job id: {stdout}")))
+        let args = self.het_args(workflow, attempt, tasks, time_limit_ms, dir);
+        self.sbatch(args, &script, env, run_as)
     }
 
     /// `sbatch` arguments of a heterogeneous job: the common options, then one `:`-separated
