@@ -84,7 +84,7 @@ fn processes(dir: &Path) -> Vec<(ProcessSample, u32)> {
         .flatten()
         .filter_map(|entry| {
             let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+            if pid == 0 || !alive(pid) {
                 return None;
             }
             let text = fs::read_to_string(entry.path()).ok()?;
@@ -96,6 +96,18 @@ fn processes(dir: &Path) -> Vec<(ProcessSample, u32)> {
         .collect();
     out.sort_by_key(|(p, _)| p.pid);
     out
+}
+
+/// A live process: in /proc and not a zombie (exited, waiting for its parent to reap it, and
+/// holding no GPU memory any more).
+fn alive(pid: u32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|at| stat[at + 1..].split_whitespace().next());
+    !matches!(state, Some("Z" | "X") | None)
 }
 
 #[cfg(test)]
@@ -127,5 +139,27 @@ mod tests {
         assert_eq!(samples[1].memory_used, 2 << 30);
         assert_eq!(samples[1].utilization, Some(40));
         assert_eq!(probe.gpus()[1].uuid, "SIM-GPU-1");
+    }
+
+    #[test]
+    fn an_exited_unreaped_process_is_not_on_the_gpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let gpu0 = dir.path().join("gpu0");
+        fs::create_dir_all(&gpu0).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        fs::write(gpu0.join(pid.to_string()), "1073741824 0").unwrap();
+        // It exits and, unreaped, stays in /proc as a zombie.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while alive(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(
+            Path::new(&format!("/proc/{pid}")).exists(),
+            "still a zombie"
+        );
+        let probe = SimProbe::new(1, DEFAULT_MEMORY, Some(dir.path().to_path_buf()));
+        assert!(probe.sample()[0].processes.is_empty());
+        child.wait().unwrap();
     }
 }
