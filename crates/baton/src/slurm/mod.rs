@@ -164,6 +164,22 @@ impl Slurm {
             .ok_or_else(|| SlurmError::Refused(format!("sbatch printed no job id: {stdout}")))
     }
 
+    /// The site's options from `[backend]`: partition, account, QOS and extra arguments.
+    fn site_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        for (flag, value) in [
+            ("--partition", &self.settings.partition),
+            ("--account", &self.settings.account),
+            ("--qos", &self.settings.qos),
+        ] {
+            if let Some(v) = value {
+                args.push(format!("{flag}={v}"));
+            }
+        }
+        args.extend(self.settings.sbatch_args.iter().cloned());
+        args
+    }
+
     /// The arguments of `sbatch` before the script.
     pub fn sbatch_args(&self, s: &Submission<'_>) -> Vec<String> {
         let mut args = vec![
@@ -187,16 +203,7 @@ impl Slurm {
         if !s.dependencies.is_empty() {
             args.push(format!("--dependency={}", s.dependencies.join(",")));
         }
-        for (flag, value) in [
-            ("--partition", &self.settings.partition),
-            ("--account", &self.settings.account),
-            ("--qos", &self.settings.qos),
-        ] {
-            if let Some(v) = value {
-                args.push(format!("{flag}={v}"));
-            }
-        }
-        args.extend(self.settings.sbatch_args.iter().cloned());
+        args.extend(self.site_args());
         if let Some(to) = &s.mail_to {
             args.push("--mail-type=END,FAIL".into());
             args.push(format!("--mail-user={to}"));
@@ -220,17 +227,20 @@ impl Slurm {
         Ok(parse::queue(&stdout))
     }
 
-    /// Jobs of this daemon whose name is `baton-JOB`, any state: finds an interrupted
-    /// submission again.
+    /// Finds an interrupted submission of job `job`'s attempt again, by its name and comment.
     pub fn find(&self, job: u64, attempt: u32) -> Result<Option<u64>, SlurmError> {
+        self.find_named(&format!("baton-{job}"), &self.comment(job, attempt))
+    }
+
+    /// The Slurm job called `name` with `comment` (this daemon's, any state).
+    fn find_named(&self, name: &str, comment: &str) -> Result<Option<u64>, SlurmError> {
         let mut cmd = self.command("squeue");
         cmd.args(["-h", "-t", "all", "-o", parse::QUEUE_FORMAT])
-            .arg(format!("--name=baton-{job}"));
+            .arg(format!("--name={name}"));
         let (ok, stdout, stderr) = self.run(cmd, "squeue")?;
         if !ok {
             return Err(SlurmError::Unreachable(format!("squeue: {stderr}")));
         }
-        let comment = self.comment(job, attempt);
         Ok(parse::queue(&stdout)
             .into_iter()
             .find(|l| l.comment == comment)
@@ -396,20 +406,11 @@ impl Slurm {
         let mut args = vec![
             "--parsable".to_string(),
             format!("--job-name=baton-w{workflow}"),
-            format!("--comment=baton:{}:w{workflow}:{attempt}", self.tag),
+            format!("--comment={}", self.het_comment(workflow, attempt)),
             format!("--output={}", dir.join("slurm.out").display()),
             "--export=ALL".to_string(),
         ];
-        for (flag, value) in [
-            ("--partition", &self.settings.partition),
-            ("--account", &self.settings.account),
-            ("--qos", &self.settings.qos),
-        ] {
-            if let Some(v) = value {
-                args.push(format!("{flag}={v}"));
-            }
-        }
-        args.extend(self.settings.sbatch_args.iter().cloned());
+        args.extend(self.site_args());
         for (k, t) in tasks.iter().enumerate() {
             if k > 0 {
                 args.push(":".into());
@@ -446,20 +447,17 @@ impl Slurm {
         Ok(nodes.len())
     }
 
-    /// Finds an interrupted submission of a workflow's heterogeneous job.
+    /// Finds an interrupted submission of a workflow's heterogeneous job again.
     pub fn find_het(&self, workflow: u64, attempt: u32) -> Result<Option<u64>, SlurmError> {
-        let mut cmd = self.command("squeue");
-        cmd.args(["-h", "-t", "all", "-o", parse::QUEUE_FORMAT])
-            .arg(format!("--name=baton-w{workflow}"));
-        let (ok, stdout, stderr) = self.run(cmd, "squeue")?;
-        if !ok {
-            return Err(SlurmError::Unreachable(format!("squeue: {stderr}")));
-        }
-        let comment = format!("baton:{}:w{workflow}:{attempt}", self.tag);
-        Ok(parse::queue(&stdout)
-            .into_iter()
-            .find(|l| l.comment == comment)
-            .map(|l| l.id))
+        self.find_named(
+            &format!("baton-w{workflow}"),
+            &self.het_comment(workflow, attempt),
+        )
+    }
+
+    /// The `--comment` of a workflow's heterogeneous job.
+    fn het_comment(&self, workflow: u64, attempt: u32) -> String {
+        format!("baton:{}:w{workflow}:{attempt}", self.tag)
     }
 }
 
