@@ -342,34 +342,7 @@ impl Daemon {
                             (now - job.submitted_at).max(0) as f64 / 1000.0,
                         );
                     }
-                    if let Some(job) = inner.active.get_mut(&id) {
-                        job.state = JobState::Running;
-                        job.gpus = gpus;
-                        job.started_at = Some(now);
-                        job.attempt += 1;
-                        job.reason = None;
-                        job.exit_code = None;
-                        job.signal = None;
-                        job.reserved = None;
-                        job.lease_until = None;
-                        launches.push(job.clone());
-                    }
-                }
-                // A workflow is running from its first task's start.
-                let started: Vec<u64> = launches.iter().filter_map(|j| j.workflow_id).collect();
-                for w in started {
-                    if inner
-                        .workflows
-                        .get(&w)
-                        .is_some_and(|wf| wf.state == "queued")
-                    {
-                        if let Err(e) = inner.store.set_workflow_state(w, "running", None) {
-                            tracing::error!(workflow = w, "cannot record the start: {e}");
-                        }
-                        if let Some(wf) = inner.workflows.get_mut(&w) {
-                            wf.state = "running".into();
-                        }
-                    }
+                    launches.extend(started(&mut inner, id, gpus, now));
                 }
             }
             let Inner {
@@ -440,26 +413,8 @@ impl Daemon {
         env.insert("CUDA_VISIBLE_DEVICES".into(), visible.clone());
         env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
         env.insert("BATON_GPUS".into(), visible);
-        env.insert("BATON_JOB_ID".into(), job.id.to_string());
-        env.insert("BATON_JOB_NAME".into(), job.name.clone());
-        env.insert("BATON_ATTEMPT".into(), job.attempt.to_string());
-        if let Some(w) = job.workflow_id {
-            env.insert("BATON_WORKFLOW_ID".into(), w.to_string());
-        }
-        if let Some(task) = &job.task {
-            env.insert("BATON_TASK".into(), task.clone());
-        }
-        let run_as = if self.config.system && job.owner_uid != self.uid {
-            let account = users::by_uid(job.owner_uid)
-                .ok_or_else(|| format!("user {} no longer exists", job.owner_uid))?;
-            Some(RunAs {
-                uid: account.uid,
-                gid: account.gid,
-                groups: users::groups_of(&account),
-            })
-        } else {
-            None
-        };
+        baton_env(job, job.attempt, &mut env);
+        let run_as = self.run_as(job)?;
         Ok(Launch {
             job_id: job.id.0,
             attempt: job.attempt,
@@ -471,6 +426,21 @@ impl Daemon {
             grace_ms: self.config.grace_ms,
             umask: job.umask,
         })
+    }
+
+    /// The identity a job's processes (and its Slurm commands) run as: its owner's, when the
+    /// daemon serves other users; `None` to stay as the daemon.
+    fn run_as(&self, job: &JobRecord) -> Result<Option<RunAs>, String> {
+        if !(self.config.system && job.owner_uid != self.uid) {
+            return Ok(None);
+        }
+        let account = users::by_uid(job.owner_uid)
+            .ok_or_else(|| format!("user {} no longer exists", job.owner_uid))?;
+        Ok(Some(RunAs {
+            uid: account.uid,
+            gid: account.gid,
+            groups: users::groups_of(&account),
+        }))
     }
 
     /// Follows a supervisor until it exits. `signal` (its pidfd) is how cancel reaches it; a
@@ -937,6 +907,50 @@ fn use_of(job: &JobRecord, end: Option<Millis>) -> Option<baton_core::fair_share
         start,
         end,
     })
+}
+
+/// Mirrors in memory a start the store has recorded (`Store::mark_started`): the job runs on
+/// `gpus` since `at` as a new attempt, and its workflow, if it was still queued, is running.
+/// Returns the job as it now is.
+fn started(inner: &mut Inner, id: JobId, gpus: Vec<u32>, at: Millis) -> Option<JobRecord> {
+    let job = inner.active.get_mut(&id)?;
+    job.state = JobState::Running;
+    job.gpus = gpus;
+    job.started_at = Some(at);
+    job.attempt += 1;
+    job.reason = None;
+    job.exit_code = None;
+    job.signal = None;
+    job.reserved = None;
+    job.lease_until = None;
+    let job = job.clone();
+    if let Some(w) = job.workflow_id
+        && inner
+            .workflows
+            .get(&w)
+            .is_some_and(|wf| wf.state == "queued")
+    {
+        if let Err(e) = inner.store.set_workflow_state(w, "running", None) {
+            tracing::error!(workflow = w, "cannot record the start: {e}");
+        }
+        if let Some(wf) = inner.workflows.get_mut(&w) {
+            wf.state = "running".into();
+        }
+    }
+    Some(job)
+}
+
+/// The variables baton gives every job (DESIGN §2) for its attempt `attempt`.
+fn baton_env(job: &JobRecord, attempt: u32, env: &mut BTreeMap<String, String>) {
+    env.insert("BATON_JOB_ID".into(), job.id.to_string());
+    env.insert("BATON_JOB_NAME".into(), job.name.clone());
+    env.insert("BATON_ATTEMPT".into(), attempt.to_string());
+    if let Some(w) = job.workflow_id {
+        env.insert("BATON_WORKFLOW_ID".into(), w.to_string());
+    }
+    if let Some(task) = &job.task {
+        env.insert("BATON_TASK".into(), task.clone());
+    }
 }
 
 /// The state and reason for an attempt that ended with `exit` (None: the supervisor vanished).

@@ -23,7 +23,6 @@ use baton_core::{DepKind, JobId, JobState, Millis};
 use super::{Daemon, now_ms, signal_name};
 use crate::slurm::{HetTask, JobInfo, QueueLine, Slurm, SlurmError, Submission};
 use crate::store::{Ending, JobRecord};
-use crate::users;
 
 /// Polling while jobs run, and the longest back-off while they only wait.
 const POLL_RUNNING: Duration = Duration::from_secs(1);
@@ -186,15 +185,7 @@ impl Daemon {
         let attempt = job.attempt + 1;
         let mut env = job.env.clone();
         env.remove("CUDA_VISIBLE_DEVICES");
-        env.insert("BATON_JOB_ID".into(), job.id.to_string());
-        env.insert("BATON_JOB_NAME".into(), job.name.clone());
-        env.insert("BATON_ATTEMPT".into(), attempt.to_string());
-        if let Some(w) = job.workflow_id {
-            env.insert("BATON_WORKFLOW_ID".into(), w.to_string());
-        }
-        if let Some(task) = &job.task {
-            env.insert("BATON_TASK".into(), task.clone());
-        }
+        super::baton_env(job, attempt, &mut env);
         let run_as = self.run_as(job);
         let submission = Submission {
             job: job.id.0,
@@ -269,13 +260,7 @@ impl Daemon {
             .iter()
             .map(|t| {
                 let mut env = t.env.clone();
-                env.insert("BATON_JOB_ID".into(), t.id.to_string());
-                env.insert("BATON_JOB_NAME".into(), t.name.clone());
-                env.insert("BATON_ATTEMPT".into(), (t.attempt + 1).to_string());
-                env.insert("BATON_WORKFLOW_ID".into(), workflow.to_string());
-                if let Some(task) = &t.task {
-                    env.insert("BATON_TASK".into(), task.clone());
-                }
+                super::baton_env(t, t.attempt + 1, &mut env);
                 env
             })
             .collect();
@@ -374,22 +359,9 @@ impl Daemon {
     /// job (its state then comes from the files its step leaves). Its script says so, which
     /// survives a restart; a retried task goes alone with a plain script.
     fn in_gang(&self, job: &JobRecord) -> bool {
-        std::fs::read_to_string(self.files(job.id).dir.join("slurm.sh"))
-            .is_ok_and(|s| s.contains(crate::slurm::HET_MARKER))
-    }
-
-    /// The identity a job's Slurm commands run as: its owner's, when the daemon serves others.
-    fn run_as(&self, job: &JobRecord) -> Result<Option<crate::executor::RunAs>, String> {
-        if !(self.config.system && job.owner_uid != self.uid) {
-            return Ok(None);
-        }
-        let account = users::by_uid(job.owner_uid)
-            .ok_or_else(|| format!("user {} no longer exists", job.owner_uid))?;
-        Ok(Some(crate::executor::RunAs {
-            uid: account.uid,
-            gid: account.gid,
-            groups: users::groups_of(&account),
-        }))
+        job.workflow_id.is_some()
+            && std::fs::read_to_string(self.files(job.id).dir.join("slurm.sh"))
+                .is_ok_and(|s| s.contains(crate::slurm::HET_MARKER))
     }
 
     fn socket_path(&self) -> std::path::PathBuf {
@@ -677,25 +649,10 @@ impl Daemon {
         let _ = inner
             .store
             .set_slurm_state(job.id, &info.state, Some(&info.nodes));
+        super::started(&mut inner, job.id, info.gpus.clone(), start);
         if let Some(j) = inner.active.get_mut(&job.id) {
-            j.state = JobState::Running;
-            j.gpus = info.gpus.clone();
-            j.started_at = Some(start);
-            j.attempt += 1;
-            j.reason = None;
             j.slurm_nodes = Some(info.nodes.clone());
             j.slurm_state = Some(info.state.clone());
-        }
-        if let Some(w) = job.workflow_id
-            && inner
-                .workflows
-                .get(&w)
-                .is_some_and(|wf| wf.state == "queued")
-        {
-            let _ = inner.store.set_workflow_state(w, "running", None);
-            if let Some(wf) = inner.workflows.get_mut(&w) {
-                wf.state = "running".into();
-            }
         }
         tracing::info!(job = job.id.0, slurm = info.id, nodes = %info.nodes, gpus = ?info.gpus, "running in Slurm");
     }
