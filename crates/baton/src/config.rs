@@ -15,6 +15,19 @@ pub struct Settings {
     pub waste: WasteConfig,
     /// Where jobs run: this machine (default) or a Slurm cluster (`[backend] kind = "slurm"`).
     pub backend: crate::slurm::BackendSettings,
+    /// How the daemon itself runs (`[daemon]`).
+    pub daemon: DaemonSettings,
+}
+
+/// `[daemon]`: how the daemon runs, whoever starts it (`baton serve`, or `baton submit` starting
+/// one in the background).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonSettings {
+    /// How every process of a job is held and ended: `auto` (a cgroup v2 per job where the
+    /// daemon may make one, else the supervisor as child subreaper), `cgroup` (or refuse to
+    /// start), `subreaper`.
+    pub containment: crate::executor::contain::Setting,
 }
 
 #[derive(Debug, thiserror::Error)]

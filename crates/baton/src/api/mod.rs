@@ -322,6 +322,13 @@ pub struct InfoResponse {
     pub system: bool,
     pub gpu_backend: String,
     pub gpu_count: usize,
+    /// How the daemon holds every process of a job: a cgroup per job, or the supervisor as
+    /// child subreaper (and why no cgroup).
+    #[serde(default)]
+    pub containment: String,
+    /// The directory holding the daemon's jobs' cgroups, when it makes them.
+    #[serde(default)]
+    pub cgroup_root: Option<String>,
 }
 
 /// The body of every error response.

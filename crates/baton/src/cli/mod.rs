@@ -8,6 +8,7 @@ mod completions;
 mod demo;
 mod events;
 mod gpus;
+mod info;
 mod logs;
 pub mod output;
 mod report;
@@ -57,6 +58,8 @@ pub enum Command {
     Events(events::Args),
     /// Show each GPU: model, memory, utilisation, and the jobs on it.
     Gpus,
+    /// Which daemon answers (its pid, state directory, socket), its GPUs and how it contains jobs.
+    Info,
     /// What the GPU waste rules decided and did (`--since 1h`).
     Audit(audit::Args),
     /// GPU utilisation, GPU-hours by owner, idle share and waste actions (`--since 7d`).
@@ -135,6 +138,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Logs(args) => logs::run(args, json),
         Command::Events(args) => events::run(args, json),
         Command::Gpus => gpus::run(json),
+        Command::Info => info::run(json),
         Command::Audit(args) => audit::run(args, json),
         Command::SlurmMail(args) => slurm_mail::run(args),
         Command::Stats(args) => stats::run(args, json),

@@ -94,6 +94,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         crate::config::load(&home.join("config.toml")).map_err(|e| UsageError(e.to_string()))?;
     let store = Store::open(&home.join("baton.db"))?;
     let probe = crate::gpu::detect(args.sim_gpus, home.join("sim"));
+    let uid = rustix::process::geteuid().as_raw();
+    let containment = crate::executor::contain::Method::detect(
+        settings.daemon.containment,
+        &crate::daemon::tag_for(&home, uid),
+    )
+    .map_err(UsageError)?;
+    tracing::info!("jobs are contained by {}", containment.describe());
     let config = Config {
         home: home.clone(),
         system: args.system,
@@ -101,6 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         recent_ms: args.recent,
         waste: settings.waste,
         backend: settings.backend,
+        containment,
     };
     let exe = std::env::current_exe().context("cannot find the baton binary")?;
     let daemon = Daemon::new(config, store, probe, exe)?;

@@ -26,8 +26,10 @@ pub use auth::Peer;
 pub use error::ApiError;
 pub use outbox::deliver_from_stdin;
 
+use crate::executor::contain::{self, Method};
 use crate::executor::{
-    ExitRecord, JobFiles, Launch, LocalExecutor, Recovery, RunAs, Watch, stop_supervisor,
+    ExitRecord, JobFiles, Launch, LocalExecutor, Recovery, RunAs, Watch, end_lost_attempt,
+    stop_supervisor,
 };
 use crate::gpu::{GpuInfo, GpuProbe};
 use crate::store::{Ending, JobRecord, Store, StoreError, WorkflowRecord};
@@ -47,6 +49,8 @@ pub struct Config {
     pub waste: baton_core::waste::WasteConfig,
     /// Where jobs run (`[backend]` in config.toml).
     pub backend: crate::slurm::BackendSettings,
+    /// How every process of a job is found and ended (`[daemon] containment`).
+    pub containment: Method,
 }
 
 pub struct Daemon {
@@ -71,6 +75,9 @@ pub struct Daemon {
     gpus: Vec<Gpu>,
     /// The uid the daemon runs as; in user mode, the only one (besides root) it serves.
     uid: u32,
+    /// Names this daemon's jobs machine-wide (its state directory and uid, hashed): in Slurm
+    /// comments, cgroup names and `BATON_JOB_KEY`.
+    tag: String,
     /// What `GET /metrics` serves.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Under `[backend] kind = "slurm"`: the cluster that runs the jobs.
@@ -105,6 +112,23 @@ const USAGE_WINDOW_MS: Millis = 7 * baton_core::fair_share::HALF_LIFE_MS;
 /// How long a reservation holds without renewal: after a crash, GPUs reserved for an atomic
 /// workflow none of whose tasks started are given back once this has passed.
 pub const LEASE_MS: Millis = 60_000;
+
+/// A short, stable tag that names this daemon's jobs machine-wide (in Slurm comments, cgroup
+/// names, `BATON_JOB_KEY`): its state directory and user, hashed.
+pub fn tag_for(home: &std::path::Path, uid: u32) -> String {
+    // FNV-1a: stable across builds and Rust versions, unlike the std hasher.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in home
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .chain(&uid.to_le_bytes())
+    {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{:08x}", hash as u32)
+}
 
 pub fn now_ms() -> Millis {
     std::time::SystemTime::now()
@@ -143,9 +167,9 @@ impl Daemon {
         let (ended, ended_rx) = unbounded_channel();
         let monitor_state = monitor::MonitorState::new(config.waste.clone());
         let uid = rustix::process::geteuid().as_raw();
-        let slurm = (config.backend.kind == crate::slurm::BackendKind::Slurm).then(|| {
-            crate::slurm::Slurm::new(config.backend.clone(), slurm::tag_for(&config.home, uid))
-        });
+        let tag = tag_for(&config.home, uid);
+        let slurm = (config.backend.kind == crate::slurm::BackendKind::Slurm)
+            .then(|| crate::slurm::Slurm::new(config.backend.clone(), tag.clone()));
         Ok(Arc::new(Daemon {
             config,
             inner: Mutex::new(Inner {
@@ -171,6 +195,7 @@ impl Daemon {
             gpu_info,
             gpus,
             uid,
+            tag,
             metrics: Arc::new(crate::metrics::Metrics::new()),
             slurm,
             slurm_wake: Arc::new(Notify::new()),
@@ -228,6 +253,7 @@ impl Daemon {
         if let Some(reports) = reports {
             reports.abort();
         }
+        self.config.containment.tidy();
         result
     }
 
@@ -380,13 +406,28 @@ impl Daemon {
 
     fn launch(self: &Arc<Self>, job: JobRecord) {
         let files = self.files(job.id);
-        let result = self.launch_description(&job).and_then(|launch| {
+        let (cgroup, contained) = self.config.containment.prepare(job.id.0, job.attempt);
+        let result = self.launch_description(&job, cgroup).and_then(|launch| {
             self.executor
                 .launch(&files, &launch)
                 .map_err(|e| e.to_string())
         });
         match result {
-            Ok((watch, signal)) => self.watch(job.id, job.attempt, watch, signal),
+            Ok((watch, signal)) => {
+                // Which way its processes are held, for `baton events`: a cgroup, or the
+                // supervisor as subreaper (and why no cgroup).
+                if let Err(e) =
+                    self.lock()
+                        .store
+                        .add_event(job.id, "contained", &contained, now_ms())
+                {
+                    tracing::warn!(
+                        job = job.id.0,
+                        "cannot record how the job is contained: {e}"
+                    );
+                }
+                self.watch(job.id, job.attempt, watch, signal)
+            }
             Err(e) => {
                 tracing::error!(job = job.id.0, "cannot start: {e}");
                 let ending = Ending {
@@ -402,7 +443,11 @@ impl Daemon {
         }
     }
 
-    fn launch_description(&self, job: &JobRecord) -> Result<Launch, String> {
+    fn launch_description(
+        &self,
+        job: &JobRecord,
+        cgroup: Option<PathBuf>,
+    ) -> Result<Launch, String> {
         let visible = job
             .gpus
             .iter()
@@ -414,6 +459,10 @@ impl Daemon {
         env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
         env.insert("BATON_GPUS".into(), visible);
         baton_env(job, job.attempt, &mut env);
+        env.insert(
+            contain::KEY_VAR.into(),
+            format!("{}.{}.{}", self.tag, job.id, job.attempt),
+        );
         let run_as = self.run_as(job)?;
         Ok(Launch {
             job_id: job.id.0,
@@ -425,6 +474,7 @@ impl Daemon {
             time_limit_ms: job.time_limit,
             grace_ms: self.config.grace_ms,
             umask: job.umask,
+            cgroup: cgroup.map(|dir| dir.display().to_string()),
         })
     }
 
@@ -461,8 +511,31 @@ impl Daemon {
         tokio::spawn(async move {
             watch.exited().await;
             let exit = me.files(id).exit_of(attempt);
-            me.attempt_ended(id, attempt, exit);
+            match exit {
+                Some(exit) => me.attempt_ended(id, attempt, Some(exit)),
+                None => me.lost(id, attempt).await,
+            }
         });
+    }
+
+    /// An attempt whose supervisor died without recording how it ended (`kill -9`, machine
+    /// trouble): what it left running is ended first, and only then is the attempt over and its
+    /// GPUs free.
+    async fn lost(self: Arc<Self>, id: JobId, attempt: u32) {
+        tracing::warn!(
+            job = id.0,
+            "the supervisor died without recording an exit; ending what it left running"
+        );
+        let files = self.files(id);
+        let grace = std::time::Duration::from_millis(self.config.grace_ms.max(0) as u64);
+        let ended = tokio::task::spawn_blocking(move || end_lost_attempt(&files, attempt, grace));
+        if let Err(e) = ended.await {
+            tracing::error!(
+                job = id.0,
+                "ending the lost attempt's processes failed: {e}"
+            );
+        }
+        self.attempt_ended(id, attempt, None);
     }
 
     /// Records the end of an attempt: final state, or back to the queue for a retry. One lock
@@ -761,8 +834,7 @@ impl Daemon {
                     }
                 }
                 Recovery::Lost => {
-                    tracing::warn!(job = job.id.0, "supervisor vanished without an exit record");
-                    self.attempt_ended(job.id, job.attempt, None);
+                    tokio::spawn(self.clone().lost(job.id, job.attempt));
                 }
             }
         }

@@ -662,6 +662,9 @@ mod tests {
             recent_ms: 3_600_000,
             waste: baton_core::waste::WasteConfig::default(),
             backend: Default::default(),
+            containment: crate::executor::contain::Method::Subreaper {
+                why: "a test".into(),
+            },
         };
         let probe = SimProbe::new(8, 80 << 30, Some(home.join("sim")));
         let daemon = Daemon::new(

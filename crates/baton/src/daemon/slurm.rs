@@ -784,25 +784,10 @@ fn slurm_ending(job: &JobRecord, info: &JobInfo, now: Millis) -> Ending {
     }
 }
 
-/// A short, stable tag for this daemon's jobs in Slurm: its state directory and user.
-pub fn tag_for(home: &std::path::Path, uid: u32) -> String {
-    // FNV-1a: stable across builds and Rust versions, unlike the std hasher.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in home
-        .as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .chain(&uid.to_le_bytes())
-    {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{:08x}", hash as u32)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::tag_for;
 
     #[test]
     fn tags_are_stable_and_differ_by_home_and_user() {

@@ -14,6 +14,7 @@
 //! Few files, written in place: creating and deleting files is a large part of what a job costs
 //! the machine when jobs are short.
 
+pub mod contain;
 pub mod spawner;
 pub mod supervisor;
 
@@ -63,6 +64,10 @@ pub struct Launch {
     pub grace_ms: i64,
     /// The file-creation mask for the job (the daemon's own is 077).
     pub umask: Option<u32>,
+    /// The cgroup the daemon made for this attempt, which the job's first process enters before
+    /// it execs; `None` where the supervisor contains the job as child subreaper alone.
+    #[serde(default)]
+    pub cgroup: Option<String>,
 }
 
 /// How an attempt ended, as the supervisor saw it.
@@ -267,8 +272,8 @@ pub enum Recovery {
     NeverStarted,
     /// The supervisor is alive; the watch resolves when it exits, the pidfd signals it.
     Running(Watch, OwnedFd),
-    /// The supervisor died without recording an exit (killed by hand, machine trouble). Its job's
-    /// process group, if known, has been killed.
+    /// The supervisor died without recording an exit (killed by hand, machine trouble). What it
+    /// left running must be ended (`end_lost_attempt`) before the job's GPUs are free.
     Lost,
 }
 
@@ -355,10 +360,7 @@ impl LocalExecutor {
                 // never spawned (the daemon died during the launch, or the supervisor right
                 // after taking it), so it can safely go back to the queue.
                 (false, None) => return Recovery::NeverStarted,
-                (false, Some(_)) => {
-                    kill_group_of(files, attempt);
-                    return Recovery::Lost;
-                }
+                (false, Some(_)) => return Recovery::Lost,
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -381,17 +383,42 @@ fn supervisor_alive(files: &JobFiles) -> bool {
     flock(&file, FlockOperation::NonBlockingLockExclusive).is_err()
 }
 
-/// Kills what is left of a lost attempt's job, if its group leader is provably still the same
-/// process (a group whose leader has gone is left alone rather than risk a stranger's).
-fn kill_group_of(files: &JobFiles, attempt: u32) {
-    let Some(rec) = files.supervisor_of(attempt) else {
+/// Ends every process an attempt whose supervisor died left behind: its cgroup's, or, with none,
+/// those that carry the attempt's key and its process group (its leader provably the same
+/// process, so a stranger's group is never hit): SIGTERM, `grace`, then SIGKILL. Returns once
+/// they are gone; blocking. A launch never claimed left nothing.
+pub fn end_lost_attempt(files: &JobFiles, attempt: u32, grace: Duration) {
+    let Some(launch) = read_json::<Launch>(&files.claimed()).filter(|l| l.attempt == attempt)
+    else {
         return;
     };
-    if let (Some(pgid), Some(started)) = (rec.pgid, rec.started)
-        && process_start_time(pgid) == Some(started)
-    {
-        kill_group(pgid, rustix::process::Signal::KILL);
+    if let Some(dir) = &launch.cgroup {
+        let cgroup = contain::Cgroup {
+            dir: PathBuf::from(dir),
+        };
+        if contain::end_all(&cgroup, grace, None) {
+            cgroup.remove();
+        }
+        return;
     }
+    let key = launch
+        .env
+        .iter()
+        .find(|(k, _)| k == contain::KEY_VAR)
+        .map(|(_, v)| v.clone());
+    let group = files
+        .supervisor_of(attempt)
+        .and_then(|rec| rec.pgid.zip(rec.started));
+    let Some(key) = key else {
+        // Launched by a baton that set no key: its process group is all that can be found.
+        if let Some((pgid, started)) = group
+            && process_start_time(pgid) == Some(started)
+        {
+            kill_group(pgid, rustix::process::Signal::KILL);
+        }
+        return;
+    };
+    contain::end_all(&contain::Marked::new(&key, group), grace, None);
 }
 
 /// How many processes the kernel's OOM killer has killed since boot (`oom_kill` in

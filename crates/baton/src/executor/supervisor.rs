@@ -1,10 +1,14 @@
-//! The per-job supervisor: `baton supervise DIR`. It claims the launch in DIR, runs the job in its
-//! own process group (as the submitting user when it runs as root), enforces the time limit,
-//! turns SIGTERM into a graceful stop of the whole group (SIGTERM, then SIGKILL after the grace
-//! period), and records how the attempt ended in `exit.json` whether or not a daemon is alive.
+//! The per-job supervisor: `baton supervise DIR`. It claims the launch in DIR, runs the job (as
+//! the submitting user when it runs as root) in its own process group and, where the daemon made
+//! one, its own cgroup, enforces the time limit, turns SIGTERM into a graceful stop of everything
+//! the job started (SIGTERM, then SIGKILL after the grace period), and records how the attempt
+//! ended whether or not a daemon is alive. It is a child subreaper, so whatever the job detaches
+//! stays below it, and it exits (freeing the job's GPUs) only once the job's last process is
+//! gone (`contain`).
 
 use std::fs::{self, OpenOptions};
-use std::path::Path;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
@@ -13,9 +17,8 @@ use rustix::process::Signal;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
 
-use super::{
-    ExitRecord, JobFiles, Launch, RunAs, SupervisorEvent, append_event, kill_group, read_json,
-};
+use super::contain::{self, Cgroup, Descendants, Processes};
+use super::{ExitRecord, JobFiles, Launch, RunAs, SupervisorEvent, append_event, read_json};
 
 pub fn run(dir: &Path) -> ExitCode {
     ExitCode::from(run_in(dir) as u8)
@@ -68,12 +71,33 @@ pub fn run_in(dir: &Path) -> i32 {
         }
     };
     let exit = runtime.block_on(run_attempt(&files, &launch, &record));
-    if let Err(e) = append_event(&record, &SupervisorEvent::Exited(exit)) {
-        eprintln!("baton supervise: cannot record the exit: {e}");
+    if !record_exit(&record, &exit) {
         return 1;
     }
     drop(record);
     0
+}
+
+/// Appends the exit record, retrying while it cannot be written (a full disk): the daemon learns
+/// how the job ended from nothing else, and holds its GPUs until then. Given up after 10 minutes,
+/// when the daemon records the attempt as lost instead.
+fn record_exit(record: &fs::File, exit: &ExitRecord) -> bool {
+    let give_up = std::time::Instant::now() + Duration::from_secs(600);
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match append_event(record, &SupervisorEvent::Exited(exit.clone())) {
+            Ok(()) => return true,
+            Err(e) if std::time::Instant::now() < give_up => {
+                eprintln!("baton supervise: cannot record the exit yet ({e}); retrying");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(10));
+            }
+            Err(e) => {
+                eprintln!("baton supervise: cannot record the exit: {e}");
+                return false;
+            }
+        }
+    }
 }
 
 async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> ExitRecord {
@@ -111,7 +135,24 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
             pid: std::process::id() as i32,
         },
     );
-    let child = match spawn(files, launch) {
+    // Whatever the job detaches (setsid, double forks) is reparented to us rather than to init,
+    // so it stays findable below us even where no cgroup holds it.
+    if let Err(e) = Descendants::become_subreaper() {
+        exit.error = Some(format!("cannot become a child subreaper: {e}"));
+        return finish(exit);
+    }
+    let Ok(mut chld) = signal(SignalKind::child()) else {
+        exit.error = Some("cannot install signal handlers".into());
+        return finish(exit);
+    };
+    let cgroup = launch.cgroup.as_ref().map(|dir| Cgroup {
+        dir: PathBuf::from(dir),
+    });
+    let procs: &dyn Processes = match &cgroup {
+        Some(cgroup) => cgroup,
+        None => &Descendants,
+    };
+    let mut child = match spawn(files, launch) {
         Ok(child) => child,
         Err(e) => {
             exit.exit_code = Some(match e.kind() {
@@ -123,7 +164,6 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
             return finish(exit);
         }
     };
-    let mut child = child;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     let _ = append_event(
         record,
@@ -141,30 +181,32 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
         .map(|ms| Instant::now() + Duration::from_millis(ms.max(0) as u64));
     // When set, the job has been asked to stop and is killed outright at this instant.
     let mut kill_at: Option<Instant> = None;
+    let mut killed = false;
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
             _ = term.recv() => {
                 exit.cancelled = !exit.timed_out;
-                stop(pgid, &mut kill_at, grace);
+                stop(procs, &mut kill_at, grace);
             }
             _ = int.recv() => {
                 exit.cancelled = !exit.timed_out;
-                stop(pgid, &mut kill_at, grace);
+                stop(procs, &mut kill_at, grace);
+            }
+            _ = chld.recv() => {
+                // What the job orphaned and has exited: reaped now, not at the job's end.
+                Descendants::reap_except(Some(pgid));
             }
             _ = sleep_until(deadline.unwrap_or(far)), if deadline.is_some() && kill_at.is_none() => {
                 exit.timed_out = true;
-                stop(pgid, &mut kill_at, grace);
+                stop(procs, &mut kill_at, grace);
             }
-            _ = sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() => {
-                kill_group(pgid, Signal::KILL);
-                kill_at = Some(far);
+            _ = sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() && !killed => {
+                procs.kill();
+                killed = true;
             }
         }
     };
-    // The job is over when its main process is: nothing it left behind in its group may keep
-    // holding GPUs or the terminal.
-    kill_group(pgid, Signal::KILL);
     match status {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt;
@@ -173,12 +215,26 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
         }
         Err(e) => exit.error = Some(format!("lost track of the job: {e}")),
     }
+    // The job is over when its main process is, but its GPUs are free only once everything it
+    // started is gone: the rest get SIGTERM and what is left of the grace period, then SIGKILL.
+    let all_gone = contain::end_all(procs, grace, kill_at.map(Instant::into_std));
+    if let Some(cgroup) = &cgroup {
+        // Orphans of the job that died meanwhile were reparented to us: not left as zombies.
+        let _ = contain::end_all(&Descendants, Duration::ZERO, None);
+        if all_gone {
+            cgroup.remove();
+        }
+    }
+    if !all_gone {
+        eprintln!("baton supervise: some of the job's processes outlived SIGKILL");
+    }
     finish(exit)
 }
 
-fn stop(pgid: i32, kill_at: &mut Option<Instant>, grace: Duration) {
+/// Asks every process of the job to stop, once, and sets when the rest are killed.
+fn stop(procs: &dyn Processes, kill_at: &mut Option<Instant>, grace: Duration) {
     if kill_at.is_none() {
-        kill_group(pgid, Signal::TERM);
+        procs.signal(Signal::TERM);
         *kill_at = Some(Instant::now() + grace);
     }
 }
@@ -202,6 +258,18 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
     let open = |path: &Path| OpenOptions::new().create(true).append(true).open(path);
     let stdout = open(&files.stdout())?;
     let stderr = open(&files.stderr())?;
+    // Opened here, written by the child before it drops privileges and execs: the job's first
+    // process is in its cgroup before it can run anything, so everything it starts is too.
+    let cgroup_procs = match &launch.cgroup {
+        Some(dir) => {
+            let path = Path::new(dir).join("cgroup.procs");
+            let file = OpenOptions::new().write(true).open(&path).map_err(|e| {
+                std::io::Error::other(format!("cannot enter the job's cgroup {dir}: {e}"))
+            })?;
+            Some(OwnedFd::from(file))
+        }
+        None => None,
+    };
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .env_clear()
@@ -211,6 +279,9 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
         .stderr(stderr)
         .process_group(0)
         .kill_on_drop(false);
+    if let Some(procs) = cgroup_procs {
+        enter_cgroup(&mut cmd, procs);
+    }
     match launch.run_as.clone() {
         Some(run_as) if as_other => drop_privileges(&mut cmd, run_as, &launch.cwd)?,
         _ => {
@@ -229,6 +300,20 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
             std::io::Error::new(e.kind(), format!("cannot run {program}: {e}"))
         }
     })
+}
+
+/// Makes the child move itself into the cgroup whose `cgroup.procs` is `procs` ("0" names the
+/// writer), first thing after the fork.
+fn enter_cgroup(cmd: &mut tokio::process::Command, procs: OwnedFd) {
+    // SAFETY: one write(2), which is async-signal-safe; the descriptor was opened before.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Makes the child run as the submitting user: groups, then gid, then uid (the order matters:

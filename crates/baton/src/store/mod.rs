@@ -549,6 +549,22 @@ impl Store {
         Ok(())
     }
 
+    /// Adds one entry to a job's history (`baton events ID`).
+    pub fn add_event(
+        &mut self,
+        id: JobId,
+        kind: &str,
+        detail: &str,
+        at: Millis,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO events (job_id, at, kind, detail) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![id.0 as i64, at, kind, detail])?;
+        Ok(())
+    }
+
     /// Pending deliveries due at `now`, oldest first, at most `limit`.
     pub fn due_deliveries(&self, now: Millis, limit: usize) -> Result<Vec<Delivery>, StoreError> {
         self.deliveries_where(

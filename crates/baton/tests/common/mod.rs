@@ -80,6 +80,8 @@ pub struct Baton {
     pub bin: PathBuf,
     serve_args: Vec<String>,
     daemon: Option<Child>,
+    /// The cgroup directory the daemon keeps its jobs' cgroups in, removed with the test.
+    cgroup_root: Option<PathBuf>,
     // Last: removed after Drop has killed everything that could still write into it.
     _tmp: tempfile::TempDir,
 }
@@ -121,6 +123,7 @@ impl Baton {
             bin: PathBuf::from(BIN),
             serve_args: Vec::new(),
             daemon: None,
+            cgroup_root: None,
             _tmp: tmp,
         }
     }
@@ -174,6 +177,10 @@ impl Baton {
             std::thread::sleep(POLL);
         }
         self.daemon = Some(child);
+        let info = self.run(&["info", "--json"]);
+        if info.code == 0 {
+            self.cgroup_root = info.json()["cgroup_root"].as_str().map(PathBuf::from);
+        }
     }
 
     /// SIGKILLs the daemon (not its jobs) and reaps it.
@@ -364,6 +371,9 @@ impl Drop for Baton {
             let _ = child.wait();
         }
         kill_processes_of(&self.home);
+        if let Some(root) = &self.cgroup_root {
+            remove_cgroups(root);
+        }
         if std::thread::panicking() {
             eprintln!(
                 "--- daemon log ({}) ---\n{}",
@@ -371,6 +381,30 @@ impl Drop for Baton {
                 self.daemon_log()
             );
         }
+    }
+}
+
+/// Removes a daemon's cgroup directory and its jobs' cgroups, once their (killed) processes are
+/// gone (bounded).
+fn remove_cgroups(root: &Path) {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let children: Vec<PathBuf> = std::fs::read_dir(root)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for dir in &children {
+            let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+            let _ = std::fs::remove_dir(dir);
+        }
+        if std::fs::remove_dir(root).is_ok() || !root.exists() || Instant::now() > until {
+            return;
+        }
+        std::thread::sleep(POLL);
     }
 }
 

@@ -16,5 +16,10 @@ pub async fn handle(State(daemon): State<Arc<Daemon>>) -> Json<InfoResponse> {
         system: daemon.config.system,
         gpu_backend: daemon.probe.backend().into(),
         gpu_count: daemon.gpus.len(),
+        containment: daemon.config.containment.describe(),
+        cgroup_root: match &daemon.config.containment {
+            crate::executor::contain::Method::Cgroup { root } => Some(root.display().to_string()),
+            crate::executor::contain::Method::Subreaper { .. } => None,
+        },
     })
 }

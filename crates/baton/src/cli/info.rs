@@ -1,0 +1,34 @@
+//! `baton info`: which daemon this user talks to (its pid, state directory, socket and version),
+//! its GPUs, how it contains jobs, and its own health.
+
+use std::process::ExitCode;
+
+use super::{client, print_json};
+
+pub fn run(json: bool) -> anyhow::Result<ExitCode> {
+    let info = client().info()?;
+    if json {
+        print_json(&info);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("baton daemon {} (pid {})", info.version, info.pid);
+    println!("  state directory: {}", info.home);
+    println!(
+        "  socket:          {}",
+        crate::paths::client_socket().display()
+    );
+    println!(
+        "  mode:            {}",
+        if info.system {
+            "system (serves every local user)"
+        } else {
+            "user"
+        }
+    );
+    println!(
+        "  GPUs:            {} ({})",
+        info.gpu_count, info.gpu_backend
+    );
+    println!("  containment:     {}", info.containment);
+    Ok(ExitCode::SUCCESS)
+}
