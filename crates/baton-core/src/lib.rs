@@ -18,5 +18,6 @@ pub mod workflow;
 
 pub use model::{
     DepKind, Dependency, Gpu, GpuRequest, JobId, JobState, Millis, PendingJob, RunningJob,
+    retry_delay,
 };
 pub use scheduler::{Plan, Start, WaitReason, earliest_start, plan};

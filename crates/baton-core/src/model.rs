@@ -165,6 +165,9 @@ pub struct PendingJob {
     /// owner who used less goes first, so one user's long sweep cannot lock out another.
     #[serde(default)]
     pub owner_usage: u64,
+    /// A retried job waits out its backoff: it starts no earlier than this (see [`retry_delay`]).
+    #[serde(default)]
+    pub not_before: Option<Millis>,
 }
 
 impl PendingJob {
@@ -190,8 +193,20 @@ impl PendingJob {
             colocate: Vec::new(),
             critical_path: 0,
             owner_usage: 0,
+            not_before: None,
         }
     }
+}
+
+/// How long a failed job waits before its next attempt: `first` after the first failure,
+/// doubling with every further one, at most `max`. A job that fails at once must not re-run in
+/// a tight loop (`--retries 100 -- false` would otherwise start a hundred times a second).
+pub fn retry_delay(failed_attempts: u32, first: Millis, max: Millis) -> Millis {
+    let doublings = failed_attempts.saturating_sub(1).min(62);
+    first
+        .max(0)
+        .saturating_mul(1i64.checked_shl(doublings).unwrap_or(i64::MAX))
+        .min(max)
 }
 
 /// A running job: what it holds and when it will have ended at the latest.

@@ -52,6 +52,13 @@ pub enum WaitReason {
     Priority { behind: JobId },
     /// The machine cannot ever satisfy the request (e.g. its GPUs went away).
     Impossible { needs: GpuRequest, free: Free },
+    /// A retry waiting out its backoff after a failed attempt.
+    Backoff {
+        /// When it may start.
+        until: Millis,
+        /// `until` relative to `now`, for people.
+        in_ms: Millis,
+    },
 }
 
 impl fmt::Display for WaitReason {
@@ -80,6 +87,11 @@ impl fmt::Display for WaitReason {
                 free.describe(needs),
                 free.gpus,
                 if free.gpus == 1 { "" } else { "s" }
+            ),
+            WaitReason::Backoff { in_ms, .. } => write!(
+                f,
+                "retry backoff: the next attempt may start in {}",
+                format_duration(*in_ms)
             ),
         }
     }
@@ -115,6 +127,9 @@ pub struct Plan {
     /// Jobs that can never start because a dependency they need to succeed did not.
     pub dependency_failed: Vec<(JobId, String)>,
     pub waiting: Vec<(JobId, WaitReason)>,
+    /// The earliest moment a job waiting out a retry backoff may start: the caller plans again
+    /// then (nothing else would wake it).
+    pub next_wakeup: Option<Millis>,
 }
 
 /// The earliest guaranteed start of the highest-priority blocked job (or gang), and what will
@@ -181,6 +196,18 @@ pub fn plan_with(
     let mut gangs_seen: Vec<u64> = Vec::new();
 
     for job in order {
+        // A retry in its backoff takes nothing, not even the reservation: it is not ready.
+        if let Some(until) = job.not_before.filter(|&t| t > now) {
+            out.waiting.push((
+                job.id,
+                WaitReason::Backoff {
+                    until,
+                    in_ms: until - now,
+                },
+            ));
+            out.next_wakeup = Some(out.next_wakeup.map_or(until, |w| w.min(until)));
+            continue;
+        }
         if let Some(gpus) = &job.reserved {
             match dependencies(job, states) {
                 Deps::Ready => out.starts.push(Start {
@@ -516,8 +543,8 @@ pub fn predicted_starts(
     let mut out = HashMap::new();
     for job in order.into_iter().take(limit) {
         // Not before its dependencies end (a dependency that is neither running nor queued has
-        // ended already).
-        let mut after = Some(now);
+        // ended already), nor before its retry backoff is over.
+        let mut after = Some(job.not_before.map_or(now, |t| t.max(now)));
         for dep in &job.deps {
             if let Some(end) = ends.get(&dep.job) {
                 after = match (after, end) {
@@ -661,6 +688,58 @@ mod tests {
 
     fn started(p: &Plan) -> Vec<u64> {
         p.starts.iter().map(|s| s.job.0).collect()
+    }
+
+    #[test]
+    fn a_retry_waits_out_its_backoff_without_holding_anything_up() {
+        let g = gpus(1);
+        let states = HashMap::new();
+        // Job 1 failed and waits to retry until t=5000; job 2 came later but is ready.
+        let retry = PendingJob {
+            not_before: Some(5_000),
+            ..job(1, 1)
+        };
+        let p = plan(&g, &[], &[retry.clone(), job(2, 1)], &states, 1_000);
+        assert_eq!(started(&p), [2], "the later job runs meanwhile");
+        assert_eq!(
+            p.waiting,
+            [(
+                JobId(1),
+                WaitReason::Backoff {
+                    until: 5_000,
+                    in_ms: 4_000
+                }
+            )]
+        );
+        assert_eq!(
+            p.next_wakeup,
+            Some(5_000),
+            "the caller must plan again then"
+        );
+        assert_eq!(
+            p.waiting[0].1.to_string(),
+            "retry backoff: the next attempt may start in 4s"
+        );
+        let p = plan(&g, &[], &[retry], &states, 5_000);
+        assert_eq!(started(&p), [1], "due at its time");
+        assert_eq!(p.next_wakeup, None);
+    }
+
+    #[test]
+    fn retry_delays_double_from_the_first_up_to_the_cap() {
+        let delays: Vec<Millis> = (1..=11)
+            .map(|n| crate::model::retry_delay(n, 1_000, 300_000))
+            .collect();
+        assert_eq!(
+            delays,
+            [
+                1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000,
+                300_000
+            ]
+        );
+        // No overflow however many attempts failed.
+        assert_eq!(crate::model::retry_delay(u32::MAX, 1_000, 300_000), 300_000);
+        assert_eq!(crate::model::retry_delay(1, 0, 300_000), 0);
     }
 
     #[test]

@@ -137,6 +137,73 @@ pub fn format_duration(ms: Millis) -> String {
     }
 }
 
+/// The exact, shortest unit-suffixed form of a duration (`15m`, `90s`, `2h`, `1500ms`): it parses
+/// back to the same value, unlike the rounded [`format_duration`].
+pub fn duration_text(ms: Millis) -> String {
+    const SECOND: Millis = 1000;
+    const MINUTE: Millis = 60 * SECOND;
+    const HOUR: Millis = 60 * MINUTE;
+    if ms != 0 && ms % HOUR == 0 {
+        format!("{}h", ms / HOUR)
+    } else if ms != 0 && ms % MINUTE == 0 {
+        format!("{}m", ms / MINUTE)
+    } else if ms != 0 && ms % SECOND == 0 {
+        format!("{}s", ms / SECOND)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// Serde for a duration written with its unit (`"90s"`, `"15m"`, `"2h"`) in settings files. A
+/// bare number is refused: tools disagree on what it means.
+pub mod serde_duration {
+    use std::fmt;
+
+    use serde::de::{self, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    use super::{duration_text, parse_duration};
+    use crate::model::Millis;
+
+    pub fn serialize<S: Serializer>(ms: &Millis, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&duration_text(*ms))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Millis, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Millis;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration with a unit, e.g. \"90s\", \"15m\" or \"2h\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Millis, E> {
+                parse_duration(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// [`serde_duration`] for a setting that may be absent.
+pub mod serde_opt_duration {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::model::Millis;
+
+    pub fn serialize<S: Serializer>(ms: &Option<Millis>, s: S) -> Result<S::Ok, S::Error> {
+        match ms {
+            Some(ms) => super::serde_duration::serialize(ms, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Millis>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrapped(#[serde(with = "super::serde_duration")] Millis);
+        Option::<Wrapped>::deserialize(d).map(|w| w.map(|w| w.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

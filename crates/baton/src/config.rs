@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use baton_core::Millis;
 use baton_core::waste::WasteConfig;
 use serde::Deserialize;
 
@@ -17,6 +18,41 @@ pub struct Settings {
     pub backend: crate::slurm::BackendSettings,
     /// How the daemon itself runs (`[daemon]`).
     pub daemon: DaemonSettings,
+    /// How failed jobs are retried (`[retries]`).
+    pub retries: RetrySettings,
+}
+
+/// `[retries]`: how far `--retries` may go, and how long a failed job waits before each new
+/// attempt (doubling from `delay` up to `max_delay`), so a job that fails at once never re-runs
+/// in a tight loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrySettings {
+    /// The most retries a job may ask for.
+    pub max: u32,
+    /// The wait before the first retry.
+    #[serde(with = "baton_core::units::serde_duration")]
+    pub delay: Millis,
+    /// The longest wait between two attempts.
+    #[serde(with = "baton_core::units::serde_duration")]
+    pub max_delay: Millis,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        RetrySettings {
+            max: 100,
+            delay: 1_000,
+            max_delay: 300_000,
+        }
+    }
+}
+
+impl RetrySettings {
+    /// How long a job waits after its `failed_attempts`-th failure.
+    pub fn delay_after(&self, failed_attempts: u32) -> Millis {
+        baton_core::retry_delay(failed_attempts, self.delay, self.max_delay)
+    }
 }
 
 /// `[daemon]`: how the daemon runs, whoever starts it (`baton serve`, or `baton submit` starting
@@ -84,6 +120,17 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
+    let r = &settings.retries;
+    if r.delay < 0 || r.max_delay < r.delay {
+        return Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: format!(
+                "[retries] max_delay ({}) must be at least delay ({})",
+                baton_core::units::duration_text(r.max_delay),
+                baton_core::units::duration_text(r.delay)
+            ),
+        });
+    }
     Ok(settings)
 }
 
@@ -150,5 +197,25 @@ mod tests {
         assert!(err.contains("warn_after"), "{err}");
         let err = parse_str("[wast]\n").unwrap_err().to_string();
         assert!(err.starts_with("config.toml:1:"), "{err}");
+    }
+
+    #[test]
+    fn retries_have_a_cap_and_a_backoff() {
+        let r = parse_str("").unwrap().retries;
+        assert_eq!((r.max, r.delay, r.max_delay), (100, 1_000, 300_000));
+        assert_eq!(
+            [1, 2, 3, 10, 50].map(|n| r.delay_after(n)),
+            [1_000, 2_000, 4_000, 300_000, 300_000]
+        );
+        let r = parse_str("[retries]\nmax = 5\ndelay = \"250ms\"\nmax_delay = \"2s\"\n")
+            .unwrap()
+            .retries;
+        assert_eq!((r.max, r.delay_after(1), r.delay_after(9)), (5, 250, 2_000));
+        let err = parse_str("[retries]\ndelay = \"1m\"\nmax_delay = \"1s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_delay"), "{err}");
+        let err = parse_str("[retries]\ndelay = 5\n").unwrap_err().to_string();
+        assert!(err.starts_with("config.toml:2:"), "{err}");
     }
 }

@@ -142,6 +142,53 @@ fn retries_run_the_job_again_until_it_succeeds() {
     assert_eq!(b.read("attempts.broken"), "1\n2\n3\n");
 }
 
+/// A job that fails at once re-runs only after a backoff that doubles up to its cap, and a
+/// submission cannot ask for an endless number of retries.
+#[test]
+fn retries_back_off_and_are_capped() {
+    let mut b = Baton::unstarted();
+    std::fs::create_dir_all(&b.home).unwrap();
+    std::fs::write(
+        b.home.join("config.toml"),
+        "[retries]\nmax = 10\ndelay = \"400ms\"\nmax_delay = \"800ms\"\n",
+    )
+    .unwrap();
+    b.serve_with(&["serve", "--sim-gpus", "1", "--grace", "1s"]);
+
+    let out = b
+        .run(&["submit", "--retries", "4294967295", "--", "false"])
+        .expect(2);
+    assert!(out.stderr.contains("at most 10"), "{}", out.stderr);
+    let out = b
+        .run(&["submit", "--retries", "11", "--", "false"])
+        .expect(2);
+    assert!(out.stderr.contains("at most 10"), "{}", out.stderr);
+
+    let id = b.submit_sh(&["--retries", "3"], "date +%s%3N >> runs; exit 1");
+    // Between two attempts it waits, and says why.
+    let waiting = b.poll_job(id, "waiting to retry", |j| {
+        j["state"] == "queued" && j["attempt"].as_u64() >= Some(1)
+    });
+    assert!(
+        waiting["reason"].as_str().unwrap().contains("retr"),
+        "{waiting:#}"
+    );
+    assert_eq!(b.wait(&[id], "30s").code, 1);
+    assert_eq!(b.job(id)["attempt"], 4);
+    let runs: Vec<i64> = b.read("runs").lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(runs.len(), 4, "{runs:?}");
+    let gaps: Vec<i64> = runs.windows(2).map(|w| w[1] - w[0]).collect();
+    for (gap, least) in gaps.iter().zip([400, 800, 800]) {
+        assert!(
+            *gap >= least,
+            "attempts {gaps:?} ms apart; expected at least 400, 800, 800"
+        );
+    }
+    let events = b.run(&["events", &id.to_string()]).expect(0).stdout;
+    assert!(events.contains("retrying in 400ms"), "{events}");
+    assert!(events.contains("retrying in 800ms"), "{events}");
+}
+
 #[test]
 fn logs_tail_stderr_and_follow() {
     let b = Baton::start(1);

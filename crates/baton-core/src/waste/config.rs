@@ -13,11 +13,10 @@ use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::model::Millis;
-use crate::units::{parse_duration, parse_size};
+use crate::units::parse_size;
 
 const SECOND: Millis = 1000;
 const MINUTE: Millis = 60 * SECOND;
-const HOUR: Millis = 60 * MINUTE;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
@@ -56,10 +55,10 @@ impl fmt::Display for WasteMode {
 pub struct WasteConfig {
     pub mode: WasteMode,
     /// How often the daemon samples the GPUs and calls [`super::WasteEngine::observe`].
-    #[serde(with = "duration")]
+    #[serde(with = "crate::units::serde_duration")]
     pub sample_interval: Millis,
     /// Time between SIGTERM and SIGKILL.
-    #[serde(with = "duration")]
+    #[serde(with = "crate::units::serde_duration")]
     pub grace: Millis,
     pub zombie: ZombieRule,
     pub idle_job: IdleJobRule,
@@ -89,7 +88,7 @@ pub struct ZombieRule {
     pub enabled: bool,
     #[serde(with = "size")]
     pub min_mem: u64,
-    #[serde(with = "duration")]
+    #[serde(with = "crate::units::serde_duration")]
     pub after: Millis,
 }
 
@@ -110,9 +109,9 @@ impl Default for ZombieRule {
 pub struct IdleJobRule {
     pub enabled: bool,
     pub max_util: f64,
-    #[serde(with = "duration")]
+    #[serde(with = "crate::units::serde_duration")]
     pub warn_after: Millis,
-    #[serde(with = "duration")]
+    #[serde(with = "crate::units::serde_duration")]
     pub act_after: Millis,
 }
 
@@ -145,7 +144,7 @@ pub struct HeldAfterExitRule {
     pub enabled: bool,
     #[serde(with = "size")]
     pub min_mem: u64,
-    #[serde(with = "duration")]
+    #[serde(with = "crate::units::serde_duration")]
     pub after: Millis,
 }
 
@@ -240,19 +239,7 @@ impl WasteConfig {
     }
 }
 
-/// The exact, shortest unit-suffixed form of a duration (`15m`, `90s`, `2h`, `1500ms`): it parses
-/// back to the same value, unlike the rounded [`crate::units::format_duration`].
-pub fn duration_text(ms: Millis) -> String {
-    if ms != 0 && ms % HOUR == 0 {
-        format!("{}h", ms / HOUR)
-    } else if ms != 0 && ms % MINUTE == 0 {
-        format!("{}m", ms / MINUTE)
-    } else if ms != 0 && ms % SECOND == 0 {
-        format!("{}s", ms / SECOND)
-    } else {
-        format!("{ms}ms")
-    }
-}
+pub use crate::units::duration_text;
 
 /// The exact form of a size (`1GiB`, `256MiB`, or bytes), for the same reason as
 /// [`duration_text`].
@@ -268,28 +255,6 @@ fn size_text(bytes: u64) -> String {
         .find(|(unit, _)| bytes != 0 && bytes.is_multiple_of(*unit))
         .map(|(unit, name)| format!("{}{name}", bytes / unit))
         .unwrap_or_else(|| bytes.to_string())
-}
-
-mod duration {
-    use super::*;
-
-    pub fn serialize<S: Serializer>(ms: &Millis, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&duration_text(*ms))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Millis, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Millis;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a duration with a unit, e.g. \"90s\", \"15m\" or \"2h\"")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Millis, E> {
-                parse_duration(v).map_err(E::custom)
-            }
-        }
-        d.deserialize_str(V)
-    }
 }
 
 mod size {

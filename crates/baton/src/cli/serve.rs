@@ -109,6 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         waste: settings.waste,
         backend: settings.backend,
         containment,
+        retries: settings.retries,
     };
     let exe = std::env::current_exe().context("cannot find the baton binary")?;
     let daemon = Daemon::new(config, store, probe, exe)?;

@@ -36,7 +36,9 @@ pub struct Args {
     /// Wall-clock limit, e.g. 90m, 2h, 1h30m, 01:30:00. The job ends `timeout` when it passes.
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     time_limit: Option<i64>,
-    /// Run a failed job again up to N more times (as new attempts of the same job).
+    /// Run a failed job again up to N more times (as new attempts of the same job), waiting 1 s
+    /// before the first retry and twice as long before each next one, at most 5 min (at most
+    /// 100 retries; both set in config.toml's `[retries]`).
     #[arg(long, default_value_t = 0, value_name = "N")]
     retries: u32,
     /// A KEY=VALUE label, e.g. protect=true (repeatable).

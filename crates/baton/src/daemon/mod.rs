@@ -51,6 +51,8 @@ pub struct Config {
     pub backend: crate::slurm::BackendSettings,
     /// How every process of a job is found and ended (`[daemon] containment`).
     pub containment: Method,
+    /// How far `--retries` may go and how long a retry waits (`[retries]`).
+    pub retries: crate::config::RetrySettings,
 }
 
 pub struct Daemon {
@@ -257,14 +259,29 @@ impl Daemon {
         result
     }
 
+    /// Runs a pass per wake-up; also when a retry's backoff ends, since no event marks that.
     async fn scheduler_loop(self: Arc<Self>) {
+        let mut next: Option<Millis> = None;
         loop {
-            self.wake.notified().await;
+            let backoff_over = async {
+                match next {
+                    Some(at) => {
+                        let wait = (at - now_ms()).max(0) as u64;
+                        tokio::time::sleep(std::time::Duration::from_millis(wait)).await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = backoff_over => {}
+            }
             // A bug in one pass must not stop every later one.
             let pass = std::panic::AssertUnwindSafe(|| self.schedule());
-            if std::panic::catch_unwind(pass).is_err() {
+            next = std::panic::catch_unwind(pass).unwrap_or_else(|_| {
                 tracing::error!("a scheduling pass panicked; the next event starts a new one");
-            }
+                None
+            });
         }
     }
 
@@ -274,30 +291,32 @@ impl Daemon {
     }
 
     /// One scheduling pass: decide with the pure core, commit the decisions, then act on them.
-    /// Under Slurm, Slurm decides: the pass submits instead.
-    fn schedule(self: &Arc<Self>) {
+    /// Under Slurm, Slurm decides: the pass submits instead. Returns when a queued job's retry
+    /// backoff ends, if one waits for that.
+    fn schedule(self: &Arc<Self>) -> Option<Millis> {
         if self.slurm.is_some() {
-            self.slurm_pass();
-            return;
+            return self.slurm_pass();
         }
         let now = now_ms();
         let mut launches = Vec::new();
         let mut cascade = false;
+        let next_wakeup;
         {
             let mut inner = self.lock();
             let (running, pending, states) = match scheduling_input(&inner, &self.gpus) {
                 Ok(input) => input,
                 Err(e) => {
                     tracing::error!("scheduling pass skipped: {e}");
-                    return;
+                    return None;
                 }
             };
             self.metrics
                 .set_queue(pending.len() as i64, running.len() as i64);
             if pending.is_empty() {
-                return;
+                return None;
             }
             let plan = baton_core::plan(&self.gpus, &running, &pending, &states, now);
+            next_wakeup = plan.next_wakeup;
 
             // Atomic workflows first: every task's GPUs reserved in one transaction, or, if
             // that cannot be recorded, none of its tasks starts in this pass.
@@ -350,7 +369,7 @@ impl Daemon {
             if !starts.is_empty() {
                 if let Err(e) = inner.store.mark_started(&starts, now) {
                     tracing::error!("cannot record job starts; not starting them: {e}");
-                    return;
+                    return next_wakeup;
                 }
                 self.metrics.set_queue(
                     (pending.len() - starts.len()) as i64,
@@ -402,6 +421,7 @@ impl Daemon {
                 }
             });
         }
+        next_wakeup
     }
 
     fn launch(self: &Arc<Self>, job: JobRecord) {
@@ -559,14 +579,21 @@ impl Daemon {
         let (id, now) = (job.id, now_ms());
         if ending.state == JobState::Failed && job.attempt <= job.retries {
             let left = job.retries + 1 - job.attempt;
+            // Backs off, so a job that fails at once never re-runs in a tight loop.
+            let delay = self.config.retries.delay_after(job.attempt);
+            let not_before = now + delay;
             let reason = format!(
-                "attempt {} {}; retrying ({} {} left)",
+                "attempt {} {}; retrying in {} ({} {} left)",
                 job.attempt,
                 ending.reason.as_deref().unwrap_or("failed"),
+                baton_core::units::format_duration(delay),
                 left,
                 if left == 1 { "retry" } else { "retries" }
             );
-            if let Err(e) = inner.store.requeue(id, true, &reason, now) {
+            if let Err(e) = inner
+                .store
+                .requeue(id, true, &reason, Some(not_before), now)
+            {
                 // The supervisor's record still says how the attempt ended; a restarted
                 // daemon reads it again. Until then the live state moves on regardless.
                 tracing::error!(job = id.0, "cannot record retry: {e}");
@@ -582,6 +609,7 @@ impl Daemon {
                 j.slurm_id = None;
                 j.slurm_submitting_at = None;
                 j.slurm_nodes = None;
+                j.not_before = Some(not_before);
             }
             drop(inner);
             self.notify_changed();
@@ -824,7 +852,10 @@ impl Daemon {
                     tracing::info!(job = job.id.0, "launch never started; back to the queue");
                     let mut inner = self.lock();
                     let reason = "requeued: the daemon stopped before it could start";
-                    if inner.store.requeue(job.id, false, reason, now_ms()).is_ok()
+                    if inner
+                        .store
+                        .requeue(job.id, false, reason, None, now_ms())
+                        .is_ok()
                         && let Some(j) = inner.active.get_mut(&job.id)
                     {
                         j.state = JobState::Queued;
@@ -913,6 +944,7 @@ fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<SchedulingInput, Stor
                         reserved: job.reserved.clone(),
                         colocate: job.colocate.clone(),
                         critical_path: job.critical_path,
+                        not_before: job.not_before,
                         ..PendingJob::new(
                             job.id,
                             job.priority,
@@ -995,6 +1027,7 @@ fn started(inner: &mut Inner, id: JobId, gpus: Vec<u32>, at: Millis) -> Option<J
     job.signal = None;
     job.reserved = None;
     job.lease_until = None;
+    job.not_before = None;
     let job = job.clone();
     if let Some(w) = job.workflow_id
         && inner

@@ -43,8 +43,10 @@ impl Daemon {
     }
 
     /// Submits what can be submitted. Runs where the local backend runs its scheduling pass.
-    pub(super) fn slurm_pass(self: &Arc<Self>) {
+    pub(super) fn slurm_pass(self: &Arc<Self>) -> Option<Millis> {
         let now = now_ms();
+        // The first moment a retry waiting out its backoff may be submitted.
+        let mut next_wakeup: Option<Millis> = None;
         let mut submit: Vec<(JobRecord, Vec<String>)> = Vec::new();
         let mut failed: Vec<(JobId, String)> = Vec::new();
         let mut gangs: Vec<(u64, Vec<JobRecord>)> = Vec::new();
@@ -106,10 +108,14 @@ impl Daemon {
                 Ok(states) => states,
                 Err(e) => {
                     tracing::error!("Slurm pass skipped: {e}");
-                    return;
+                    return None;
                 }
             };
             'jobs: for job in queued {
+                if let Some(at) = job.not_before.filter(|&at| at > now) {
+                    next_wakeup = Some(next_wakeup.map_or(at, |n| n.min(at)));
+                    continue;
+                }
                 let mut deps = Vec::new();
                 for d in &job.deps {
                     let kind = match d.kind {
@@ -162,7 +168,7 @@ impl Daemon {
             }
         }
         if submit.is_empty() && gangs.is_empty() {
-            return;
+            return next_wakeup;
         }
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
@@ -175,6 +181,7 @@ impl Daemon {
             me.notify_changed();
             me.slurm_wake.notify_one();
         });
+        next_wakeup
     }
 
     fn submit_to_slurm(self: &Arc<Self>, job: &JobRecord, dependencies: Vec<String>) {

@@ -80,6 +80,8 @@ pub struct JobRecord {
     pub slurm_nodes: Option<String>,
     /// Slurm's last word on it (`PENDING`, `RUNNING`, `OUT_OF_MEMORY`, ...).
     pub slurm_state: Option<String>,
+    /// A retry waits out its backoff: the next attempt starts no earlier than this.
+    pub not_before: Option<Millis>,
 }
 
 /// A job as submitted, before it has an id.
@@ -247,7 +249,7 @@ const COLUMNS: &str = "id, name, state, command, cwd, env, owner_uid, owner, pri
      gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, started_at, ended_at, \
      exit_code, signal, reason, gpus, workflow_id, cancel_requested_by, umask, notify, session, task, \
      reserved, lease_until, critical_path_ms, colocate, slurm_id, slurm_submitting_at, slurm_nodes, \
-     slurm_state";
+     slurm_state, not_before";
 
 impl Store {
     /// Opens (creating and migrating as needed) the database at `path`.
@@ -307,6 +309,7 @@ impl Store {
             slurm_submitting_at: None,
             slurm_nodes: None,
             slurm_state: None,
+            not_before: None,
         })
     }
 
@@ -399,7 +402,7 @@ impl Store {
             tx.prepare_cached(
                 "UPDATE jobs SET state = 'running', gpus = ?1, started_at = ?2, attempt = attempt + 1, \
                  reason = NULL, exit_code = NULL, signal = NULL, ended_at = NULL, reserved = NULL, \
-                 lease_until = NULL WHERE id = ?3",
+                 lease_until = NULL, not_before = NULL WHERE id = ?3",
             )?
             .execute(
                 params![json(gpus), at, id.0 as i64],
@@ -446,13 +449,15 @@ impl Store {
         Ok(())
     }
 
-    /// Puts a job back in the queue: after a failed attempt with retries left (`retry`), or after
-    /// a launch that provably never happened (the attempt is taken back).
+    /// Puts a job back in the queue: after a failed attempt with retries left (`retry`; it may
+    /// start again at `not_before`), or after a launch that provably never happened (the
+    /// attempt is taken back).
     pub fn requeue(
         &mut self,
         id: JobId,
         retry: bool,
         reason: &str,
+        not_before: Option<Millis>,
         at: Millis,
     ) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
@@ -461,10 +466,10 @@ impl Store {
             &format!(
                 "UPDATE jobs SET state = 'queued', gpus = '[]', reason = ?1, started_at = NULL, \
                  cancel_requested_by = NULL, slurm_id = NULL, slurm_submitting_at = NULL, \
-                 slurm_nodes = NULL{attempt_change} \
+                 slurm_nodes = NULL, not_before = ?3{attempt_change} \
                  WHERE id = ?2"
             ),
-            params![reason, id.0 as i64],
+            params![reason, id.0 as i64, not_before],
         )?;
         log_event(
             &tx,
@@ -1098,6 +1103,7 @@ fn read_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRecord, StoreError>> {
             slurm_submitting_at: r.get(34)?,
             slurm_nodes: r.get(35)?,
             slurm_state: r.get(36)?,
+            not_before: r.get(37)?,
         })
     };
     Ok(build())
@@ -1155,8 +1161,9 @@ mod tests {
         assert_eq!(running.gpus, vec![0, 1]);
 
         store
-            .requeue(job.id, true, "attempt 1 failed", 3_000)
+            .requeue(job.id, true, "attempt 1 failed", Some(4_000), 3_000)
             .unwrap();
+        assert_eq!(store.get(job.id).unwrap().unwrap().not_before, Some(4_000));
         store.mark_started(&[(job.id, vec![1, 0])], 4_000).unwrap();
         store
             .mark_ended(
@@ -1176,6 +1183,7 @@ mod tests {
             (ended.state, ended.attempt, ended.exit_code),
             (JobState::Failed, 2, Some(3))
         );
+        assert_eq!(ended.not_before, None, "a start clears the backoff");
         let kinds: Vec<String> = store
             .events(job.id)
             .unwrap()

@@ -134,6 +134,8 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs ADD COLUMN slurm_nodes TEXT;
     ALTER TABLE jobs ADD COLUMN slurm_state TEXT;
     CREATE INDEX gpu_minutes_minute ON gpu_minutes (minute);",
+    // 8: a retried job waits out its backoff: it starts no earlier than `not_before`.
+    "ALTER TABLE jobs ADD COLUMN not_before INTEGER;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

@@ -147,6 +147,14 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
         };
         ApiError::BadRequest(format!("{e}{hint}"))
     })?;
+    let max_retries = daemon.config.retries.max;
+    if req.retries > max_retries {
+        return bad(format!(
+            "--retries {} is more than this daemon allows: at most {max_retries} (`[retries] max` \
+             in config.toml)",
+            req.retries
+        ));
+    }
     for key in req.tags.keys() {
         if key.is_empty() || key.contains('=') {
             return bad(format!("invalid tag key {key:?}: use --tag KEY=VALUE"));

@@ -32,6 +32,14 @@ pub async fn submit(
     let bad = |m: String| ApiError::BadRequest(format!("{source}: {m}"));
     let spec = workflow::parse(&req.text).map_err(|e| bad(e.to_string()))?;
     check_resources(&daemon, &spec).map_err(bad)?;
+    let max_retries = daemon.config.retries.max;
+    if let Some(task) = spec.tasks.iter().find(|t| t.retries > max_retries) {
+        return Err(bad(format!(
+            "task {}: retries {} is more than this daemon allows: at most {max_retries} \
+             (`[retries] max` in config.toml)",
+            task.name, task.retries
+        )));
+    }
     if !Path::new(&req.base_dir).is_absolute() {
         return Err(bad(format!(
             "the workflow's directory must be absolute, not {:?}",
