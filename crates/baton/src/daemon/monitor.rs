@@ -665,6 +665,7 @@ mod tests {
             containment: crate::executor::contain::Method::Subreaper {
                 why: "a test".into(),
             },
+            retries: Default::default(),
         };
         let probe = SimProbe::new(8, 80 << 30, Some(home.join("sim")));
         let daemon = Daemon::new(
