@@ -2,7 +2,8 @@
 //! `baton_core::report`. It reads the job's output files (only their last `SCAN_LIMIT` bytes, so a
 //! job that printed 10 GB costs the same as one that printed 64 MiB), walks the working directory
 //! for files the job wrote (bounded too), asks the supervisor's record whether the OOM killer
-//! struck, and stores the result as `jobs/<id>/report.json` and `report.md`.
+//! struck and whether the command could be started at all, and stores the result as
+//! `jobs/<id>/report.json` and `report.md`.
 
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -63,12 +64,14 @@ pub enum Look<'a> {
 }
 
 /// Builds the report of an ended job. `home` is baton's state directory (never listed as files
-/// the job wrote, should the job run inside it).
+/// the job wrote, should the job run inside it); `sample_interval` is how often the GPU monitor
+/// sampled the job's GPUs (`None` where it did not watch them: a job run by Slurm).
 pub fn build(
     job: &JobRecord,
     files: &JobFiles,
     gpus: &[GpuInfo],
     usage: &[JobGpuUsage],
+    sample_interval: Option<Millis>,
     home: &Path,
     look: Look<'_>,
 ) -> Built {
@@ -83,6 +86,9 @@ pub fn build(
         exit_code: job.exit_code,
         signal: job.signal,
         reason: job.reason.clone(),
+        start_error: (job.attempt > 0)
+            .then(|| files.start_error_of(job.attempt))
+            .flatten(),
         command: job.command.clone(),
         cwd: job.cwd.clone(),
         gpus: job.gpus.clone(),
@@ -96,6 +102,7 @@ pub fn build(
         ended_at: job.ended_at.unwrap_or(job.submitted_at),
         time_limit: job.time_limit,
         oom_killed: job.attempt > 0 && executor::oom_killed(files, job.attempt),
+        gpu_sample_interval_ms: sample_interval,
         stdout_path: files.stdout().display().to_string(),
         stderr_path: files.stderr().display().to_string(),
     };

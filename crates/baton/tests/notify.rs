@@ -123,6 +123,56 @@ fn a_failed_job_gets_a_report_and_it_reaches_the_inbox_file() {
 }
 
 #[test]
+fn a_command_that_cannot_start_and_a_job_too_short_to_sample_get_reports_that_say_so() {
+    let mut b = Baton::unstarted();
+    std::fs::create_dir_all(&b.home).unwrap();
+    // The monitor samples once as the daemon starts, then in an hour: the jobs below never are.
+    std::fs::write(
+        b.home.join("config.toml"),
+        "[waste]\nsample_interval = \"1h\"\n",
+    )
+    .unwrap();
+    b.serve_with(&["serve", "--sim-gpus", "1", "--grace", "1s"]);
+
+    let missing = b.submit(&["--gpus", "1", "--", "no-such-command-for-baton"]);
+    let out = b.wait(&[missing], "30s");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stdout.lines().next().unwrap_or_default(),
+        format!(
+            "job {missing} \"no-such-command-for-baton\" failed before starting: \
+             `command not found: no-such-command-for-baton`"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("no known error"), "{}", out.stdout);
+    let report = report_json(&b, missing);
+    assert_eq!(report["report"]["exit_code"], 127, "{report:#}");
+    assert_eq!(
+        report["report"]["cause"],
+        serde_json::json!({"kind": "launch_failed",
+                           "message": "command not found: no-such-command-for-baton"}),
+        "{report:#}"
+    );
+
+    let short = b.submit(&["--gpus", "1", "--", "true"]);
+    let out = b.wait(&[short], "30s");
+    assert_eq!(out.code, 0, "{out:?}");
+    let gpus = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("- GPUs: "))
+        .unwrap_or_default();
+    assert!(
+        gpus.starts_with("- GPUs: GPU 0: not sampled (the job ran ")
+            && gpus.ends_with(", shorter than the monitor's 1h00m interval)"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
 fn cmd_gets_the_report_on_stdin_and_the_job_in_its_environment() {
     let b = Baton::start(1);
     let id = b.submit(&[

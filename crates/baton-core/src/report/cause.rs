@@ -2,7 +2,7 @@
 //! ended (the [`Cause`]), the one-line headline, and every list bounded and sanitized.
 
 use super::metrics::{is_valid_metric, sort_for_display};
-use super::sanitize::{clean, clip, headline_quote, sanitize_line};
+use super::sanitize::{clean, clip, headline_quote, sanitize_line, sanitize_lines};
 use super::{
     Cause, FileChange, Frame, GpuUsage, JobFacts, MAX_FILES_KEPT, MAX_GPUS_KEPT, MAX_METRICS,
     Metric, OutputSummary, PythonException, Report, StreamSummary, TAIL_LINE_CHARS, TAIL_LINES,
@@ -62,11 +62,12 @@ pub fn build(
         })
         .collect();
 
+    // An argument may be a script (`sh -c $'set -e\npython a.py'`): its lines are kept.
     let mut command: Vec<String> = facts
         .command
         .iter()
         .take(MAX_ARGS)
-        .map(|arg| clip(&sanitize_line(arg.as_bytes()), MAX_ARG_CHARS))
+        .map(|arg| clip(&sanitize_lines(arg), MAX_ARG_CHARS))
         .collect();
     if facts.command.len() > MAX_ARGS {
         command.push(format!(
@@ -93,6 +94,7 @@ pub fn build(
         gpus,
         efficiency,
         gpu_indices,
+        gpu_sample_interval_ms: facts.gpu_sample_interval_ms.filter(|&ms| ms > 0),
         metrics: output.metrics,
         non_finite_loss: output.non_finite_loss,
         oom_killed: facts.oom_killed,
@@ -137,6 +139,16 @@ fn find_cause(facts: &JobFacts, reason: Option<&str>, output: &OutputSummary) ->
     }
     if reason.is_some_and(|r| starts_with_ignore_case(r, "dependency failed")) {
         return Some(Cause::DependencyFailed);
+    }
+    // The supervisor could not start the command: nothing ran, so nothing else can explain the
+    // end, and the exit code (127, 126) is the supervisor's.
+    if let Some(message) = facts
+        .start_error
+        .as_deref()
+        .map(|e| clean(e, MAX_REASON_CHARS))
+        .filter(|e| !e.is_empty())
+    {
+        return Some(Cause::LaunchFailed { message });
     }
     // What the cluster scheduler says it did outranks what the output suggests.
     match facts.scheduler_state.as_deref() {
@@ -243,9 +255,12 @@ fn headline(
         JobState::Queued => "is still queued",
         JobState::Running => "is still running",
     };
+    // A command that could not be started never ran, whatever time its supervisor took.
     let when = match run_ms {
-        Some(ms) => format!("after {}", format_duration(ms)),
-        None => "before starting".to_string(),
+        Some(ms) if !matches!(cause, Some(Cause::LaunchFailed { .. })) => {
+            format!("after {}", format_duration(ms))
+        }
+        _ => "before starting".to_string(),
     };
     let mut line = format!("job {} \"{}\" {verb} {when}", facts.id, inert(name));
     let quote = |text: &str| headline_quote(text, HEADLINE_QUOTE_CHARS);

@@ -1,7 +1,8 @@
 //! How well a job used the GPUs it asked for, from the monitor's per-GPU summaries, and, for a
-//! job that used far less than it asked for, the request to make next time. The figures go in
-//! every report: an agent that reads "GPU 1 never used; mean 3 % on GPU 0" fixes its launch
-//! command, which no amount of log reading would tell it.
+//! job that used far less than it asked for, the request to make next time: fewer GPUs when it
+//! left some unused, none (`--gpus 0`) when it used none of them, less memory when it held
+//! little. The figures go in every report: an agent that reads "GPU 1 never used; mean 3 % on
+//! GPU 0" fixes its launch command, which no amount of log reading would tell it.
 
 use serde::{Deserialize, Serialize};
 
@@ -66,10 +67,21 @@ pub fn efficiency(gpus: &[GpuUsage], request: &GpuRequest) -> Option<Efficiency>
     let mut options: Vec<String> = Vec::new();
     let mut why: Vec<String> = Vec::new();
     let count = request.count.max(1) as usize;
-    if enough && !unused_gpus.is_empty() && unused_gpus.len() < count {
-        let used = count - unused_gpus.len();
-        options.push(format!("--gpus {used}"));
-        why.push(format!("it used {used} of its {count} GPUs"));
+    // A GPU the monitor never sampled may have been busy: only advise on a count when every
+    // GPU the job held was watched.
+    let all_sampled = sampled.len() == gpus.len();
+    if enough && all_sampled && !unused_gpus.is_empty() {
+        if unused_gpus.len() < count {
+            let used = count - unused_gpus.len();
+            options.push(format!("--gpus {used}"));
+            why.push(format!("it used {used} of its {count} GPUs"));
+        } else {
+            options.push("--gpus 0".to_string());
+            why.push(match count {
+                1 => "it never used its GPU: it can run CPU-only".to_string(),
+                n => format!("it used none of its {n} GPUs: it can run CPU-only"),
+            });
+        }
     }
     if enough && let Some(peak) = peak_mem_bytes.filter(|&p| p >= UNUSED_MEM) {
         let total = sampled.iter().map(|g| g.total_mem_bytes).max().unwrap_or(0);
@@ -190,6 +202,42 @@ mod tests {
         assert_eq!(e.suggested_request.as_deref(), Some("--gpu-mem 13GiB"));
         // Close to what it asked: nothing to say.
         let e = efficiency(&[gpu(0, 70.0, 90.0, 30 * GIB)], &req).unwrap();
+        assert_eq!(e.suggested_request, None);
+    }
+
+    #[test]
+    fn a_job_that_used_none_of_its_gpus_is_told_to_run_without() {
+        for count in [1, 2] {
+            let gpus: Vec<GpuUsage> = (0..count).map(|i| gpu(i, 0.0, 0.0, 0)).collect();
+            let e = efficiency(&gpus, &GpuRequest::whole(count)).unwrap();
+            assert_eq!(e.unused_gpus.len(), count as usize);
+            assert_eq!(e.suggested_request.as_deref(), Some("--gpus 0"));
+            let note = e.note.unwrap();
+            assert!(note.contains("CPU-only"), "{note}");
+        }
+        // A few hundred MiB of context on each, and idle: still unused.
+        let e = efficiency(
+            &[gpu(0, 0.2, 1.0, 300 << 20), gpu(1, 0.0, 0.0, 300 << 20)],
+            &GpuRequest::whole(2),
+        )
+        .unwrap();
+        assert_eq!(e.suggested_request.as_deref(), Some("--gpus 0"));
+        // 3 of 4 used: one fewer.
+        let e = efficiency(
+            &[
+                gpu(0, 70.0, 99.0, 70 * GIB),
+                gpu(1, 70.0, 99.0, 70 * GIB),
+                gpu(2, 0.0, 0.0, 0),
+                gpu(3, 70.0, 99.0, 70 * GIB),
+            ],
+            &GpuRequest::whole(4),
+        )
+        .unwrap();
+        assert_eq!(e.suggested_request.as_deref(), Some("--gpus 3"));
+        // One GPU not sampled: it may have been the busy one, so no advice on the count.
+        let mut unsampled = gpu(1, 0.0, 0.0, 0);
+        unsampled.samples = 0;
+        let e = efficiency(&[gpu(0, 0.0, 0.0, 0), unsampled], &GpuRequest::whole(2)).unwrap();
         assert_eq!(e.suggested_request, None);
     }
 

@@ -1,10 +1,11 @@
 //! [`Report::to_markdown`]: the report as people and agents read it, never more than
 //! [`MAX_REPORT_BYTES`].
 //!
-//! Layout: the headline, a short list of facts, then the last lines of stderr and stdout, each
-//! in a fence labelled as untrusted program output. A report that does not fit is rendered again
-//! with less (fewer and shorter output lines, fewer files and metrics) until it does; cuts are
-//! made on whole lines and characters, so a fence is never left open.
+//! Layout: the headline, a short list of facts (a multi-line command in a fence inside its
+//! item), then the last lines of stderr and stdout, each in a fence labelled as untrusted
+//! program output. A report that does not fit is rendered again with less (fewer and shorter
+//! output lines, fewer files and metrics) until it does; cuts are made on whole lines and
+//! characters, so a fence is never left open.
 
 use std::fmt::Write as _;
 
@@ -97,12 +98,7 @@ fn render(r: &Report, b: &Budget) -> String {
     if r.max_attempts > 1 || r.attempts > 1 {
         let _ = writeln!(md, "- attempts: {} of {}", r.attempts, r.max_attempts);
     }
-    let _ = writeln!(
-        md,
-        "- command: {} in {}",
-        inline_code(&clip(&shell_words(&r.command), b.command_chars)),
-        inline_code(&r.cwd)
-    );
+    push_command(&mut md, r, b);
     let _ = writeln!(md, "- time: {}", time_line(r));
     let _ = writeln!(md, "- GPUs: {}", gpu_line(r, b));
     if let Some(e) = &r.efficiency {
@@ -246,6 +242,36 @@ fn cause_line(r: &Report, cause: &Cause, b: &Budget) -> String {
     }
 }
 
+/// Most lines of a multi-line command shown.
+const COMMAND_LINES: usize = 12;
+
+/// The command as one shell line in a code span, or, when an argument is a script of several
+/// lines (`sh -c $'set -e\npython a.py'`), in a fenced block inside the list item, where its
+/// newlines survive and nothing in it can read as markdown.
+fn push_command(md: &mut String, r: &Report, b: &Budget) {
+    let words = clip(&shell_words(&r.command), b.command_chars);
+    if !words.contains('\n') {
+        let _ = writeln!(
+            md,
+            "- command: {} in {}",
+            inline_code(&words),
+            inline_code(&r.cwd)
+        );
+        return;
+    }
+    let mut lines: Vec<String> = words
+        .split('\n')
+        .map(|l| sanitize_line(l.as_bytes()))
+        .collect();
+    let count = lines.len();
+    if count > COMMAND_LINES {
+        lines.truncate(COMMAND_LINES - 1);
+        lines.push(format!("…(+{} more lines)", count - lines.len()));
+    }
+    let _ = writeln!(md, "- command ({count} lines) in {}:", inline_code(&r.cwd));
+    push_block(md, &lines, "  ");
+}
+
 /// `` `train.py:42` in `main` ``
 fn frame_text(frame: &Frame) -> String {
     let location = inline_code(&format!("{}:{}", frame.file, frame.line));
@@ -272,9 +298,18 @@ fn shell_words(command: &[String]) -> String {
         .join(" ")
 }
 
+/// How long the job's command ran: none when it could not be started, however long its
+/// supervisor took to find that out.
+fn command_ran_ms(r: &Report) -> Option<i64> {
+    match r.cause {
+        Some(Cause::LaunchFailed { .. }) => None,
+        _ => r.run_ms,
+    }
+}
+
 fn time_line(r: &Report) -> String {
     let wait = r.queue_wait_ms.map(format_duration).unwrap_or_default();
-    match (r.started_at, r.run_ms) {
+    match (r.started_at, command_ran_ms(r)) {
         (Some(started), Some(run)) => format!(
             "queued {wait}, ran {} ({} to {})",
             format_duration(run),
@@ -290,22 +325,25 @@ fn time_line(r: &Report) -> String {
 }
 
 fn gpu_line(r: &Report, b: &Budget) -> String {
-    if r.gpus.is_empty() {
-        if r.gpu_indices.is_empty() {
-            return "none".to_string();
-        }
-        let indices: Vec<String> = r.gpu_indices.iter().map(u32::to_string).collect();
-        return format!("{} (no GPU samples)", indices.join(", "));
+    // GPUs the monitor never sampled, from the usage list or, without one, the indices held.
+    let unsampled: Vec<u32> = if r.gpus.is_empty() {
+        r.gpu_indices.clone()
+    } else {
+        r.gpus
+            .iter()
+            .filter(|g| g.samples == 0)
+            .map(|g| g.index)
+            .collect()
+    };
+    if r.gpus.is_empty() && unsampled.is_empty() {
+        return "none".to_string();
     }
     let pct = |v: Option<f64>| v.map_or_else(|| "?".to_string(), |v| format!("{v:.0}%"));
-    let mut parts: Vec<String> = r
-        .gpus
+    let sampled: Vec<&super::GpuUsage> = r.gpus.iter().filter(|g| g.samples > 0).collect();
+    let mut parts: Vec<String> = sampled
         .iter()
         .take(b.gpus)
         .map(|g| {
-            if g.samples == 0 {
-                return format!("GPU {}: no samples", g.index);
-            }
             let memory = match g.peak_mem_bytes {
                 Some(peak) => format!(
                     "{} of {}",
@@ -322,10 +360,36 @@ fn gpu_line(r: &Report, b: &Budget) -> String {
             )
         })
         .collect();
-    if r.gpus.len() > b.gpus {
-        parts.push(format!("and {} more", r.gpus.len() - b.gpus));
+    if sampled.len() > b.gpus {
+        parts.push(format!("and {} more", sampled.len() - b.gpus));
+    }
+    if !unsampled.is_empty() {
+        let mut indices: Vec<String> = unsampled.iter().take(b.gpus).map(u32::to_string).collect();
+        if unsampled.len() > b.gpus {
+            indices.push(format!("and {} more", unsampled.len() - b.gpus));
+        }
+        let noun = if unsampled.len() == 1 { "GPU" } else { "GPUs" };
+        parts.push(format!("{noun} {}: {}", indices.join(", "), not_sampled(r)));
     }
     parts.join("; ")
+}
+
+/// Why the monitor has no samples of a GPU the job held, as far as the report can tell.
+fn not_sampled(r: &Report) -> String {
+    match (command_ran_ms(r), r.gpu_sample_interval_ms) {
+        (None, _) => "not sampled (the job never ran)".to_string(),
+        (Some(run), Some(every)) if run < every => format!(
+            "not sampled (the job ran {}, shorter than the monitor's {} interval)",
+            format_duration(run),
+            format_duration(every)
+        ),
+        (Some(run), Some(every)) => format!(
+            "not sampled during its {} run (the monitor samples every {})",
+            format_duration(run),
+            format_duration(every)
+        ),
+        (Some(run), None) => format!("not sampled during its {} run", format_duration(run)),
+    }
 }
 
 fn efficiency_line(e: &super::Efficiency) -> String {
@@ -416,17 +480,24 @@ fn push_tail(md: &mut String, stream: Stream, s: &StreamSummary, b: &Budget) {
 /// Sanitized lines of program output as a block under `label`, in a fence no line can close:
 /// one backtick longer than the longest run of backticks inside (and at least three).
 pub fn fenced(label: &str, lines: &[String]) -> String {
-    let longest = lines.iter().map(|l| longest_run(l, '`')).max().unwrap_or(0);
-    let fence = "`".repeat((longest + 1).max(3));
     let mut out = String::new();
     let _ = writeln!(out, "{label}");
-    let _ = writeln!(out, "{fence}text");
+    push_block(&mut out, lines, "");
+    out
+}
+
+/// Sanitized lines in a fence no line can close, every line after `indent` (two spaces keep a
+/// block inside a list item).
+fn push_block(out: &mut String, lines: &[String], indent: &str) {
+    let longest = lines.iter().map(|l| longest_run(l, '`')).max().unwrap_or(0);
+    let fence = "`".repeat((longest + 1).max(3));
+    let _ = writeln!(out, "{indent}{fence}text");
     for line in lines {
+        out.push_str(indent);
         out.push_str(line);
         out.push('\n');
     }
-    let _ = writeln!(out, "{fence}");
-    out
+    let _ = writeln!(out, "{indent}{fence}");
 }
 
 /// At most `max` bytes of `text`, cut after a whole line.

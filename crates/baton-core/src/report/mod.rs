@@ -81,7 +81,8 @@ pub struct OutputSummary {
     /// The last line that reports an NCCL / distributed backend error (sanitized, truncated).
     pub nccl_error: Option<String>,
     /// The first line where a loss became NaN or infinite (sanitized, truncated): that is when
-    /// training went wrong, later lines only repeat it.
+    /// training went wrong, later lines only repeat it. Text Python quotes in a traceback (its
+    /// source lines, the exception's message) does not count: it is code, not output.
     pub non_finite_loss: Option<String>,
 }
 
@@ -145,6 +146,11 @@ pub struct JobFacts {
     pub signal: Option<i32>,
     /// The daemon's reason: "dependency failed", "cancelled by alice", "command not found: foo".
     pub reason: Option<String>,
+    /// Why the command could not be started at all, as the supervisor recorded it ("command not
+    /// found: foo"). The exit code is then the supervisor's (127, 126, as a shell's would be),
+    /// not the program's: this, not the exit code, is the cause.
+    #[serde(default)]
+    pub start_error: Option<String>,
     pub command: Vec<String>,
     pub cwd: String,
     pub gpus: Vec<u32>,
@@ -165,6 +171,10 @@ pub struct JobFacts {
     pub time_limit: Option<Millis>,
     /// The daemon saw the kernel OOM killer act during the run.
     pub oom_killed: bool,
+    /// How often the GPU monitor samples: a job shorter than this may have no samples at all,
+    /// and the report says so rather than just "no samples".
+    #[serde(default)]
+    pub gpu_sample_interval_ms: Option<Millis>,
     pub stdout_path: String,
     pub stderr_path: String,
 }
@@ -201,6 +211,8 @@ pub enum Cause {
         by: Option<String>,
     },
     DependencyFailed,
+    /// The command never ran: the daemon could not launch it, or the supervisor could not start
+    /// it (`command not found: foo`).
     LaunchFailed {
         message: String,
     },
@@ -261,6 +273,9 @@ pub struct Report {
     /// The GPU indices the job held, whether or not the monitor sampled them.
     #[serde(default)]
     pub gpu_indices: Vec<u32>,
+    /// How often the GPU monitor sampled (see [`JobFacts::gpu_sample_interval_ms`]).
+    #[serde(default)]
+    pub gpu_sample_interval_ms: Option<Millis>,
     pub metrics: Vec<Metric>,
     /// A non-finite loss seen in the output, also when it is not the cause (a job that failed
     /// for another reason).

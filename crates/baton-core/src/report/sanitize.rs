@@ -19,6 +19,17 @@ pub fn sanitize_line(raw: &[u8]) -> String {
     out
 }
 
+/// [`sanitize_line`] for text whose line breaks carry its meaning (a shell script passed as one
+/// argument: `sh -c $'set -e\npython a.py'`): each line is sanitized on its own (a `\r\n` is
+/// a plain line end) and the lines are joined by `\n`, the one control character kept.
+pub(crate) fn sanitize_lines(text: &str) -> String {
+    let lines: Vec<String> = text
+        .split('\n')
+        .map(|line| sanitize_line(line.as_bytes()))
+        .collect();
+    lines.join("\n")
+}
+
 /// [`sanitize_line`] into a reused buffer (the scanner calls it per line and must not allocate).
 pub(crate) fn sanitize_into(raw: &[u8], out: &mut String) {
     out.clear();
@@ -366,5 +377,14 @@ mod tests {
         assert_eq!(inline_code("`x``"), "``` `x`` ```");
         assert_eq!(headline_quote("use `x`\x1b[31m", 80), "`use 'x'`");
         assert_eq!(longest_run("a``b```c", '`'), 3);
+    }
+
+    #[test]
+    fn multi_line_text_keeps_its_line_breaks_and_nothing_else() {
+        assert_eq!(
+            sanitize_lines("set -e\r\npython a.py\x1b[1m\n\n\tb\u{2028}c\x07"),
+            "set -e\npython a.py\n\n        bc"
+        );
+        assert_eq!(sanitize_lines("one line"), "one line");
     }
 }

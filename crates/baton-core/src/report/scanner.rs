@@ -5,12 +5,16 @@
 //! at in place, only a line split across chunks is copied, and no line is kept beyond
 //! [`LINE_CAP`] bytes (the rest is counted). Each line then feeds the stream's tail, its
 //! traceback parser, the metric table and the failure signals.
+//!
+//! What Python prints inside a traceback (quoted source, the exception's message) is not read
+//! for metrics or a NaN loss: a `SyntaxError` quoting `print("loss=nan")` is a SyntaxError. A
+//! NaN loss on a stray line inside a traceback counts only if the traceback is given up on.
 
 use super::metrics::{MetricTable, for_each_metric};
 use super::sanitize::{clip_in_place, prefix_chars, sanitize_into};
 use super::search::find_either;
 use super::signals::{classify, is_loss_key, is_non_finite, says_non_finite};
-use super::traceback::TracebackParser;
+use super::traceback::{TracebackLine, TracebackParser};
 use super::{OutputSummary, PythonException, Stream, StreamSummary, TAIL_LINE_CHARS, TAIL_LINES};
 use crate::units::format_size;
 
@@ -71,6 +75,11 @@ impl OutputScanner {
                 state.line(line, overflow);
                 analysis.line(stream, line);
             });
+        }
+        // A traceback cut short (the job was killed while Python printed it) ended in no
+        // exception: what its stray lines said stands.
+        for pending in &mut self.analysis.pending_loss {
+            confirm(pending, &mut self.analysis.findings.non_finite_loss);
         }
         let [stdout, stderr] = self.streams;
         let findings = self.analysis.findings;
@@ -294,6 +303,9 @@ struct Analysis {
     tracebacks: [TracebackParser; 2],
     metrics: MetricTable,
     findings: Findings,
+    /// Per stream, a NaN/inf loss seen on a stray line of the traceback being read: dropped if
+    /// the traceback ends in an exception (the line was part of it), kept if it is given up on.
+    pending_loss: [Option<String>; 2],
     /// Reused for lines that need sanitizing before they can be parsed.
     scratch: String,
 }
@@ -314,8 +326,10 @@ impl Analysis {
             tracebacks,
             metrics,
             findings,
+            pending_loss,
             scratch,
         } = self;
+        let pending = &mut pending_loss[stream.index()];
         // Most lines are plain text and are parsed in place; the rest are cleaned first so
         // colour codes cannot hide a traceback or a metric.
         let text: &str = match plain_text(raw) {
@@ -327,9 +341,13 @@ impl Analysis {
         };
         let signals = classify(text.as_bytes());
 
-        if let Some(exception) = tracebacks[stream.index()].line(text, &signals) {
-            findings.exception = Some(exception);
+        let place = tracebacks[stream.index()].line(text, &signals);
+        match &place {
+            TracebackLine::Exception(_) => *pending = None,
+            TracebackLine::Abandoned => confirm(pending, &mut findings.non_finite_loss),
+            _ => {}
         }
+        // The exception line itself is where a CUDA OOM or an NCCL error usually shows.
         if signals.cuda_oom {
             store_line(&mut findings.cuda_oom, text);
         }
@@ -337,6 +355,16 @@ impl Analysis {
             findings.nccl_strength = signals.nccl;
             store_line(&mut findings.nccl_error, text);
         }
+        let in_traceback = match place {
+            TracebackLine::Exception(exception) => {
+                findings.exception = Some(exception);
+                return;
+            }
+            // Python's own text in a traceback: code and the exception's message, not output.
+            TracebackLine::Quoted => return,
+            TracebackLine::Stray => true,
+            TracebackLine::Outside | TracebackLine::Abandoned => false,
+        };
         // A NaN loss shows as a metric (`loss=nan`) or in words ("Loss is NaN"). The words only
         // count on a line whose metrics do not already say which value was not finite
         // (`loss=0.3 grad_norm=nan` is about the gradient).
@@ -355,8 +383,22 @@ impl Analysis {
             loss_went_bad = says_non_finite(text.as_bytes());
         }
         if loss_went_bad && findings.non_finite_loss.is_none() {
-            store_line(&mut findings.non_finite_loss, text);
+            if !in_traceback {
+                store_line(&mut findings.non_finite_loss, text);
+            } else if pending.is_none() {
+                store_line(pending, text);
+            }
         }
+    }
+}
+
+/// A pending NaN-loss line turns out not to be part of a traceback: it is the finding, unless
+/// an earlier one was already kept.
+fn confirm(pending: &mut Option<String>, non_finite_loss: &mut Option<String>) {
+    if let Some(line) = pending.take()
+        && non_finite_loss.is_none()
+    {
+        *non_finite_loss = Some(line);
     }
 }
 
@@ -531,6 +573,38 @@ mod tests {
         assert_eq!(s.stdout.tail, expected);
         assert_eq!(s.stdout.lines, 1000);
         assert_eq!(s.stderr, StreamSummary::default());
+    }
+
+    #[test]
+    fn text_inside_a_traceback_is_not_output() {
+        // Quoted source and the exception's message hold no metrics and no NaN loss.
+        let s = scan(&[(
+            Stream::Stderr,
+            b"Traceback (most recent call last):\n  File \"t.py\", line 9, in <module>\n    train(lr=0.5, loss=float(\"nan\"))\nValueError: loss=nan at step=7\nstep=8 lr=0.1\n",
+        )]);
+        assert_eq!(s.non_finite_loss, None);
+        let shown: Vec<String> = s
+            .metrics
+            .iter()
+            .map(|m| format!("{}={}", m.key, m.value))
+            .collect();
+        assert_eq!(shown, ["step=8", "lr=0.1"]);
+
+        // A stray line inside a traceback that ends in an exception was part of it (a box
+        // drawn by rich); in one given up on, it was output.
+        let rich = b"Traceback (most recent call last):\n\xe2\x94\x82 loss is nan here \xe2\x94\x82\nValueError: bad\n";
+        assert_eq!(scan(&[(Stream::Stderr, rich)]).non_finite_loss, None);
+        let mut cut = b"Traceback (most recent call last):\nLoss is NaN, stopping\n".to_vec();
+        assert_eq!(
+            scan(&[(Stream::Stderr, &cut)]).non_finite_loss.as_deref(),
+            Some("Loss is NaN, stopping")
+        );
+        cut.extend(std::iter::repeat_n(&b"noise\n"[..], 250).flatten());
+        cut.extend_from_slice(b"Loss is inf\n");
+        assert_eq!(
+            scan(&[(Stream::Stderr, &cut)]).non_finite_loss.as_deref(),
+            Some("Loss is NaN, stopping")
+        );
     }
 
     #[test]

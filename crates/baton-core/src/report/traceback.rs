@@ -9,6 +9,10 @@
 //! - `SyntaxError` blocks with no header (`  File "x.py", line 3` then carets);
 //! - a prefix on every line (`[rank0]: ` from torchrun, `[default0]:`, `(pid=12) ` from Ray) or
 //!   only on the header (a logging prefix): lines of other ranks are skipped.
+//!
+//! The parser also says what each line was to it ([`TracebackLine`]), because text Python quotes
+//! in a traceback (a source line `loss = float("nan")`) is code, not what the program printed:
+//! the scanner must not read metrics or a NaN loss in it.
 
 use super::sanitize::{clip, sanitize_line};
 use super::signals::{LineSignals, TRACEBACK_HEADER};
@@ -22,6 +26,25 @@ const MAX_FUNCTION_CHARS: usize = 100;
 /// Lines inside a traceback that are neither frames nor code before we give up on it (rich
 /// tracebacks draw boxes and print locals, so this is generous).
 const MAX_STRAY_LINES: u32 = 200;
+
+/// What one line was to the traceback being read.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum TracebackLine {
+    /// Not part of a traceback (also another rank's line while this rank's is read).
+    Outside,
+    /// Text Python prints in a traceback: the header, a frame, quoted source, carets.
+    Quoted,
+    /// Inside a traceback, a line Python does not print there: a box drawn by `rich`, "During
+    /// handling of the above exception", or something else written to the same stream. Whether
+    /// it belonged to the traceback is known only when the traceback ends.
+    Stray,
+    /// The exception line that ends the traceback.
+    Exception(PythonException),
+    /// The parser gave up on the traceback at this line (too many stray lines, or a headerless
+    /// one that did not end in an error): neither this line nor the stray ones before it were
+    /// part of one.
+    Abandoned,
+}
 
 /// One stream's traceback state.
 #[derive(Debug, Default)]
@@ -38,16 +61,20 @@ pub(crate) struct TracebackParser {
 }
 
 impl TracebackParser {
-    /// Reads one sanitized line; returns the exception when a traceback ends on it.
-    pub(crate) fn line(&mut self, line: &str, signals: &LineSignals) -> Option<PythonException> {
+    /// Reads one sanitized line; says what it was, with the exception when a traceback ends
+    /// on it.
+    pub(crate) fn line(&mut self, line: &str, signals: &LineSignals) -> TracebackLine {
         if !self.inside {
-            self.maybe_start(line, signals);
-            return None;
+            return if self.maybe_start(line, signals) {
+                TracebackLine::Quoted
+            } else {
+                TracebackLine::Outside
+            };
         }
 
         let content = match line.strip_prefix(self.prefix.as_str()) {
             Some(content) => content,
-            None if self.prefix_is_tag => return None,
+            None if self.prefix_is_tag => return TracebackLine::Outside,
             None => line,
         };
         if signals.traceback_header
@@ -56,22 +83,22 @@ impl TracebackParser {
             // A chained or new traceback: start over, keeping the prefix it is under.
             let prefix = format!("{}{}", self.prefix, &content[..at]);
             self.start(&prefix, false);
-            return None;
+            return TracebackLine::Quoted;
         }
         if let Some(frame) = parse_frame(content.trim_start()) {
             self.frame = Some(frame);
             self.stray = 0;
-            return None;
+            return TracebackLine::Quoted;
         }
         if content.is_empty() || content.starts_with([' ', '\t']) {
             // Source lines, carets, "[Previous line repeated 996 more times]".
-            return None;
+            return TracebackLine::Quoted;
         }
         if let Some((kind, message)) = parse_exception_line(content)
             && (!self.headerless || kind.ends_with("Error"))
         {
             self.inside = false;
-            return Some(PythonException {
+            return TracebackLine::Exception(PythonException {
                 kind: kind.to_string(),
                 message: clip(&sanitize_line(message.as_bytes()), MAX_MESSAGE_CHARS),
                 frame: self.frame.take(),
@@ -80,16 +107,19 @@ impl TracebackParser {
         self.stray += 1;
         if self.headerless || self.stray > MAX_STRAY_LINES {
             self.inside = false;
+            return TracebackLine::Abandoned;
         }
-        None
+        TracebackLine::Stray
     }
 
-    fn maybe_start(&mut self, line: &str, signals: &LineSignals) {
+    /// Starts a traceback at `line` if it is a header or a SyntaxError location; says whether
+    /// it did.
+    fn maybe_start(&mut self, line: &str, signals: &LineSignals) -> bool {
         if signals.traceback_header
             && let Some(at) = line.find(header())
         {
             self.start(&line[..at], false);
-            return;
+            return true;
         }
         // A SyntaxError location: `  File "x.py", line 3` with no function.
         if signals.file_frame
@@ -100,7 +130,9 @@ impl TracebackParser {
             let prefix = before.strip_suffix("  ").unwrap_or(before.trim_end());
             self.start(prefix, true);
             self.frame = Some(frame);
+            return true;
         }
+        false
     }
 
     fn start(&mut self, prefix: &str, headerless: bool) {
@@ -190,11 +222,26 @@ mod tests {
         let mut parser = TracebackParser::default();
         let mut last = None;
         for line in text.lines() {
-            if let Some(e) = parser.line(line, &classify(line.as_bytes())) {
+            if let TracebackLine::Exception(e) = parser.line(line, &classify(line.as_bytes())) {
                 last = Some(e);
             }
         }
         last
+    }
+
+    /// What the parser made of each line of `text`, in short: `o` outside, `q` quoted, `s`
+    /// stray, `e` the exception, `a` abandoned.
+    fn roles(text: &str) -> String {
+        let mut parser = TracebackParser::default();
+        text.lines()
+            .map(|line| match parser.line(line, &classify(line.as_bytes())) {
+                TracebackLine::Outside => 'o',
+                TracebackLine::Quoted => 'q',
+                TracebackLine::Stray => 's',
+                TracebackLine::Exception(_) => 'e',
+                TracebackLine::Abandoned => 'a',
+            })
+            .collect()
     }
 
     fn frame(file: &str, line: u32, function: &str) -> Option<Frame> {
@@ -334,7 +381,34 @@ KeyboardInterrupt
         parser.line(&line, &classify(line.as_bytes()));
         assert_eq!(parser.prefix_len(), 0);
         let e = parser.line("ValueError: v", &classify(b"ValueError: v"));
-        assert_eq!(e.map(|e| e.kind), Some("ValueError".to_string()));
+        assert!(matches!(e, TracebackLine::Exception(e) if e.kind == "ValueError"));
+    }
+
+    #[test]
+    fn each_line_is_told_apart() {
+        // Header, frame, source, carets, exception; then plain output.
+        assert_eq!(
+            roles(
+                "x\nTraceback (most recent call last):\n  File \"t.py\", line 1, in <module>\n    f(loss=float(\"nan\"))\n    ^^^\nValueError: bad\nstep 2 loss=nan\n"
+            ),
+            "oqqqqeo"
+        );
+        // A SyntaxError location starts one; a line that is not an error gives it up.
+        assert_eq!(
+            roles("  File \"x.py\", line 3\n    def f(:\nSyntaxError: invalid syntax\n"),
+            "qqe"
+        );
+        assert_eq!(
+            roles("  File \"x.py\", line 3\n    loss = nan\nstep 5 loss=nan\n"),
+            "qqa"
+        );
+        // Another rank's lines are outside this rank's traceback; an unknown line is stray.
+        assert_eq!(
+            roles(
+                "[rank0]: Traceback (most recent call last):\n[rank1]: step 3 loss=nan\n[rank0]: During handling of the above exception\n[rank0]: KeyError: 'k'\n"
+            ),
+            "qose"
+        );
     }
 
     #[test]

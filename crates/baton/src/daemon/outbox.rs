@@ -84,11 +84,15 @@ impl Daemon {
                         Vec::new()
                     }
                 };
+                // The local monitor samples only this machine's GPUs, and only if it has any.
+                let sample_interval = (!self.slurm_backend() && !self.gpu_info.is_empty())
+                    .then_some(self.config.waste.sample_interval);
                 let built = report::build(
                     &job,
                     &files,
                     &self.gpu_info,
                     &usage,
+                    sample_interval,
                     &self.config.home,
                     look,
                 );

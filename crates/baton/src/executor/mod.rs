@@ -199,6 +199,22 @@ impl JobFiles {
         })
     }
 
+    /// Why the command of `attempt` could not be started (`command not found: foo`), if its
+    /// supervisor recorded an error and never spawned it. An error after the spawn ("lost track
+    /// of the job") is not one: the command ran.
+    pub fn start_error_of(&self, attempt: u32) -> Option<String> {
+        let mut spawned = false;
+        let mut error = None;
+        for event in self.events() {
+            match event {
+                SupervisorEvent::Spawned { attempt: a, .. } if a == attempt => spawned = true,
+                SupervisorEvent::Exited(exit) if exit.attempt == attempt => error = exit.error,
+                _ => {}
+            }
+        }
+        error.filter(|_| !spawned)
+    }
+
     /// The supervisor record of `attempt`, if its supervisor has claimed the launch.
     pub fn supervisor_of(&self, attempt: u32) -> Option<SupervisorRecord> {
         let mut record = None;
@@ -526,5 +542,40 @@ mod tests {
         assert!(!oom_killed(&files, 1), "not a SIGKILL");
         let (_d, files) = record(&[spawned(3), exit(Some(9), Some(9))]);
         assert!(!oom_killed(&files, 2), "another attempt");
+    }
+
+    #[test]
+    fn a_start_error_is_an_error_recorded_before_any_spawn() {
+        let failed = |attempt, error: &str| {
+            SupervisorEvent::Exited(ExitRecord {
+                attempt,
+                exit_code: Some(127),
+                signal: None,
+                timed_out: false,
+                cancelled: false,
+                error: Some(error.into()),
+                ended_at: 5,
+                oom_kills: None,
+            })
+        };
+        let claimed = |attempt| SupervisorEvent::Claimed { attempt, pid: 7 };
+        let (_d, files) = record(&[claimed(1), failed(1, "command not found: foo")]);
+        assert_eq!(
+            files.start_error_of(1).as_deref(),
+            Some("command not found: foo")
+        );
+        assert_eq!(files.start_error_of(2), None, "another attempt");
+        // An error after the spawn: the command ran.
+        let spawned = SupervisorEvent::Spawned {
+            attempt: 1,
+            pgid: 42,
+            started: Some(1),
+            oom_kills: None,
+        };
+        let (_d, files) = record(&[claimed(1), spawned, failed(1, "lost track of the job")]);
+        assert_eq!(files.start_error_of(1), None);
+        // A clean exit.
+        let (_d, files) = record(&[claimed(1), exit(None, None)]);
+        assert_eq!(files.start_error_of(1), None);
     }
 }
