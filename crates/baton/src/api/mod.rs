@@ -329,6 +329,24 @@ pub struct InfoResponse {
     /// The directory holding the daemon's jobs' cgroups, when it makes them.
     #[serde(default)]
     pub cgroup_root: Option<String>,
+    /// The daemon's own trouble, if any (`null` when healthy).
+    #[serde(default)]
+    pub health: Option<HealthView>,
+}
+
+/// Something wrong with the daemon itself: writes to its state directory that fail.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HealthView {
+    /// One sentence for people: what is wrong and what baton does about it.
+    pub problem: String,
+    /// The state directory's disk is full.
+    pub full: bool,
+    /// Job ends (and retries) the store has not recorded yet: those jobs wait in `running`.
+    pub unrecorded_ends: usize,
+    /// Other changes waiting: workflow ends, delivery outcomes.
+    pub unrecorded_changes: usize,
+    /// Since when (RFC 3339).
+    pub since: String,
 }
 
 /// The body of every error response.

@@ -30,5 +30,9 @@ pub fn run(json: bool) -> anyhow::Result<ExitCode> {
         info.gpu_count, info.gpu_backend
     );
     println!("  containment:     {}", info.containment);
+    match &info.health {
+        Some(health) => println!("  health:          {}", health.problem),
+        None => println!("  health:          ok"),
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -39,5 +39,11 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", output::job_table(&jobs));
     }
+    // The daemon's own trouble (a full state directory), on stderr: a diagnostic, in every mode.
+    if let Ok(info) = client().info()
+        && let Some(health) = info.health
+    {
+        eprintln!("baton: {}", health.problem);
+    }
     Ok(ExitCode::SUCCESS)
 }

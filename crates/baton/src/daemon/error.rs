@@ -26,6 +26,13 @@ pub enum ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
+        if e.is_full() {
+            return ApiError::Unavailable(format!(
+                "baton's state directory is full ({}); nothing was changed: free some space and \
+                 try again",
+                e.short()
+            ));
+        }
         ApiError::Internal(e.to_string())
     }
 }

@@ -4,6 +4,7 @@
 //! start it the same way.
 
 mod auth;
+mod durable;
 mod error;
 mod handlers;
 mod monitor;
@@ -69,6 +70,8 @@ pub struct Daemon {
     ended_rx: Mutex<Option<UnboundedReceiver<JobId>>>,
     /// Wakes the outbox: a report is ready, or a delivery finished.
     outbox_wake: Notify,
+    /// Wakes the loop that commits again what the store refused (`durable`).
+    durable_wake: Notify,
     executor: LocalExecutor,
     /// The baton binary, for deliveries run as another user.
     exe: PathBuf,
@@ -106,6 +109,8 @@ struct Inner {
     recent_uses: Vec<baton_core::fair_share::Use>,
     /// The GPU monitor's series and the waste engine's state.
     monitor: monitor::MonitorState,
+    /// Changes the store could not commit yet, retried until it does.
+    unrecorded: durable::Unrecorded,
 }
 
 /// How far back ended jobs count for fair share (seven half-lives: what is older weighs < 1%).
@@ -184,6 +189,7 @@ impl Daemon {
                 workflows,
                 recent_uses,
                 monitor: monitor_state,
+                unrecorded: Default::default(),
             }),
             wake: Notify::new(),
             changed: watch::Sender::new(0),
@@ -191,6 +197,7 @@ impl Daemon {
             ended,
             ended_rx: Mutex::new(Some(ended_rx)),
             outbox_wake: Notify::new(),
+            durable_wake: Notify::new(),
             executor: LocalExecutor::new(exe.clone()),
             exe,
             probe,
@@ -232,6 +239,7 @@ impl Daemon {
         let outbox = tokio::spawn(self.clone().outbox_loop());
         let leases = tokio::spawn(self.clone().lease_loop());
         let monitor = tokio::spawn(self.clone().monitor_loop());
+        let durable = tokio::spawn(self.clone().durable_loop());
         let tracker = self
             .slurm
             .is_some()
@@ -249,6 +257,7 @@ impl Daemon {
         outbox.abort();
         leases.abort();
         monitor.abort();
+        durable.abort();
         if let Some(tracker) = tracker {
             tracker.abort();
         }
@@ -368,9 +377,13 @@ impl Daemon {
                 .collect();
             if !starts.is_empty() {
                 if let Err(e) = inner.store.mark_started(&starts, now) {
+                    // Nothing started; the pass is tried again in a second.
                     tracing::error!("cannot record job starts; not starting them: {e}");
-                    return next_wakeup;
+                    self.write_failed(&mut inner, &e);
+                    let again = now + 1_000;
+                    return Some(next_wakeup.map_or(again, |n| n.min(again)));
                 }
+                self.write_succeeded(&mut inner);
                 self.metrics.set_queue(
                     (pending.len() - starts.len()) as i64,
                     (running.len() + starts.len()) as i64,
@@ -564,8 +577,15 @@ impl Daemon {
         let now = now_ms();
         let mut inner = self.lock();
         let job = match inner.active.get(&id) {
-            Some(job) if job.state == JobState::Running && job.attempt == attempt => job.clone(),
-            // Already recorded (a recovery and a watch can both see one exit).
+            Some(job)
+                if job.state == JobState::Running
+                    && job.attempt == attempt
+                    && !inner.unrecorded.jobs.contains(&id) =>
+            {
+                job.clone()
+            }
+            // Already recorded, or being recorded (a recovery and a watch can both see one
+            // exit).
             _ => return,
         };
         inner.supervisors.remove(&id);
@@ -577,6 +597,9 @@ impl Daemon {
     /// and has retries left, else its terminal state.
     fn conclude_attempt(&self, mut inner: MutexGuard<'_, Inner>, job: &JobRecord, ending: Ending) {
         let (id, now) = (job.id, now_ms());
+        if inner.unrecorded.jobs.contains(&id) {
+            return; // its end waits to be recorded already
+        }
         if ending.state == JobState::Failed && job.attempt <= job.retries {
             let left = job.retries + 1 - job.attempt;
             // Backs off, so a job that fails at once never re-runs in a tight loop.
@@ -590,30 +613,15 @@ impl Daemon {
                 left,
                 if left == 1 { "retry" } else { "retries" }
             );
-            if let Err(e) = inner
-                .store
-                .requeue(id, true, &reason, Some(not_before), now)
-            {
-                // The supervisor's record still says how the attempt ended; a restarted
-                // daemon reads it again. Until then the live state moves on regardless.
-                tracing::error!(job = id.0, "cannot record retry: {e}");
-            }
-            if let Some(j) = inner.active.get_mut(&id) {
-                j.state = JobState::Queued;
-                j.gpus.clear();
-                j.started_at = None;
-                j.reason = Some(reason);
-                j.exit_code = ending.exit_code;
-                j.signal = ending.signal;
-                j.cancel_requested_by = None;
-                j.slurm_id = None;
-                j.slurm_submitting_at = None;
-                j.slurm_nodes = None;
-                j.not_before = Some(not_before);
-            }
-            drop(inner);
-            self.notify_changed();
-            self.wake();
+            self.record_change(
+                &mut inner,
+                durable::Change::Retry {
+                    id,
+                    reason,
+                    not_before,
+                    ending,
+                },
+            );
             return;
         }
         self.finish(&mut inner, id, ending);
@@ -622,6 +630,9 @@ impl Daemon {
     /// Records a terminal state with one pending delivery per channel, frees the job's GPUs,
     /// and hands the job to the report builder. Called with the lock held.
     fn finish(&self, inner: &mut Inner, id: JobId, ending: Ending) {
+        if inner.unrecorded.jobs.contains(&id) {
+            return; // its end waits to be recorded already
+        }
         let channels = match inner.active.get(&id) {
             Some(job) if job.notify.is_empty() => {
                 // Queued before reports existed: the inbox file, as `auto` always includes.
@@ -632,11 +643,46 @@ impl Daemon {
             Some(job) => job.notify.clone(),
             None => Vec::new(),
         };
-        if let Err(e) = inner.store.mark_ended(id, &ending, &channels) {
-            // Degrade rather than wedge: the GPUs are freed now, and the supervisor's record
-            // lets a restarted daemon record the end properly.
-            tracing::error!(job = id.0, "cannot record the end of the job: {e}");
+        self.record_change(
+            inner,
+            durable::Change::End {
+                id,
+                ending,
+                channels,
+            },
+        );
+    }
+
+    /// A failed attempt's retry is recorded: the job waits in the queue again, until
+    /// `not_before` at the earliest.
+    fn requeued_for_retry(
+        &self,
+        inner: &mut Inner,
+        id: JobId,
+        reason: String,
+        not_before: Millis,
+        ending: &Ending,
+    ) {
+        if let Some(j) = inner.active.get_mut(&id) {
+            j.state = JobState::Queued;
+            j.gpus.clear();
+            j.started_at = None;
+            j.reason = Some(reason);
+            j.exit_code = ending.exit_code;
+            j.signal = ending.signal;
+            j.cancel_requested_by = None;
+            j.slurm_id = None;
+            j.slurm_submitting_at = None;
+            j.slurm_nodes = None;
+            j.not_before = Some(not_before);
         }
+        self.notify_changed();
+        self.wake();
+    }
+
+    /// A job's final state is recorded: its GPUs are free, its report is built, and its
+    /// workflow may have ended with it.
+    fn ended(&self, inner: &mut Inner, id: JobId, ending: Ending) {
         let ended = inner.active.remove(&id);
         if let Some(job) = &ended {
             let ran = job
@@ -689,13 +735,9 @@ impl Daemon {
         } else {
             "failed"
         };
-        if let Err(e) = inner.store.set_workflow_state(workflow, state, Some(at)) {
-            tracing::error!(workflow, "cannot record the end of the workflow: {e}");
-        }
-        let wf = inner.workflows.remove(&workflow);
         tracing::info!(workflow, state, "workflow ended");
         // The summary, stored, then sent through the tasks' channels with the last task's report.
-        let Some(wf) = wf else {
+        let Some(wf) = inner.workflows.get(&workflow).cloned() else {
             return;
         };
         let view = handlers::workflow_view(&wf, &jobs);
@@ -719,23 +761,18 @@ impl Daemon {
             &view.critical_path,
             &lines,
         );
-        let path = crate::paths::workflow_report(&self.config.home, workflow);
-        let stored = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&path, &summary));
-        if let Err(e) = stored {
-            tracing::error!(workflow, "cannot store the workflow's summary: {e}");
-            return;
-        }
         let channels = jobs.first().map(|j| j.notify.clone()).unwrap_or_default();
-        if let Err(e) = inner
-            .store
-            .add_workflow_deliveries(last, workflow, &channels, at)
-        {
-            tracing::error!(workflow, "cannot queue the workflow's summary: {e}");
-        }
-        self.outbox_wake.notify_one();
+        self.record_change(
+            inner,
+            durable::Change::WorkflowEnd {
+                workflow,
+                state,
+                at,
+                last,
+                summary,
+                channels,
+            },
+        );
     }
 
     /// Renews the leases of reservations still waiting to be used, so they outlive nothing but
@@ -921,6 +958,8 @@ fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<SchedulingInput, Stor
                     .zip(job.started_at)
                     .map(|(limit, start)| start + limit),
             }),
+            // A queued job whose end waits to be recorded is not planned again.
+            JobState::Queued if inner.unrecorded.jobs.contains(&job.id) => {}
             JobState::Queued => {
                 let partners = job.deps.iter().map(|d| d.job).chain(job.colocate.clone());
                 for other in partners {

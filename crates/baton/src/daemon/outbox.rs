@@ -144,7 +144,10 @@ impl Daemon {
                         let fetched = due.len();
                         let mut by_job: BTreeMap<JobId, Vec<Delivery>> = BTreeMap::new();
                         for d in due {
-                            by_job.entry(d.job).or_default().push(d);
+                            // Its outcome waits to be recorded: sent already, not again.
+                            if !inner.unrecorded.deliveries.contains(&d.id) {
+                                by_job.entry(d.job).or_default().push(d);
+                            }
                         }
                         // A job still being reported on, or already being delivered, is
                         // picked up again when that finishes (both wake this loop).
@@ -283,19 +286,26 @@ impl Daemon {
                 tracing::warn!(job = job.id.0, channel = %spec, attempt = d.attempts + 1, "delivery failed: {why}")
             }
         }
-        let mut inner = self.lock();
-        if let Err(e) = inner.store.record_delivery(d.id, state, next, error, now) {
-            // Left pending: it is tried again, which may repeat a delivery that did succeed.
-            tracing::error!(job = job.id.0, channel = %spec, "cannot record the delivery: {e}");
-        }
-        if state == DeliveryState::Skipped && d.channel.is_session() {
-            let inbox = Channel::File {
+        let fallback =
+            (state == DeliveryState::Skipped && d.channel.is_session()).then(|| Channel::File {
                 path: self.inbox_for(job.owner_uid, &job.env),
-            };
-            if let Err(e) = inner.store.add_delivery(job.id, d.workflow, &inbox, now) {
-                tracing::error!(job = job.id.0, "cannot add the inbox fallback: {e}");
-            }
-        }
+            });
+        // Recorded, or kept until it can be: a delivery whose outcome is not recorded yet is
+        // never sent again meanwhile.
+        let mut inner = self.lock();
+        self.record_change(
+            &mut inner,
+            super::durable::Change::Delivery {
+                id: d.id,
+                job: job.id,
+                workflow: d.workflow,
+                state,
+                next,
+                error: error.map(str::to_string),
+                at: now,
+                fallback,
+            },
+        );
     }
 
     /// Delivers as the job's owner. In system mode everything that touches the owner's files,

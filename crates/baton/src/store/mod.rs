@@ -19,12 +19,39 @@ use crate::notify::Channel;
 pub enum StoreError {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// A file the store keeps beside the database (a workflow's summary).
+    #[error("{0}")]
+    Io(std::io::Error),
     #[error("corrupt record for job {id}: {detail}")]
     Corrupt { id: u64, detail: String },
     #[error(
         "the database was written by a newer baton (schema version {found}, this one knows {known})"
     )]
     TooNew { found: i64, known: i64 },
+}
+
+impl StoreError {
+    /// The disk (or the database's size limit) is full: a write may go through once there is
+    /// room again.
+    pub fn is_full(&self) -> bool {
+        match self {
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => {
+                e.code == rusqlite::ErrorCode::DiskFull
+            }
+            StoreError::Io(e) => e.raw_os_error() == Some(libc::ENOSPC),
+            _ => false,
+        }
+    }
+
+    /// The error in a few words, for messages that say what will happen next.
+    pub fn short(&self) -> String {
+        match self {
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, Some(text))) => {
+                format!("{text} ({:?})", e.code)
+            }
+            other => other.to_string(),
+        }
+    }
 }
 
 /// Everything baton knows about a job.

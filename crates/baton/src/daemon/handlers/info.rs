@@ -21,5 +21,6 @@ pub async fn handle(State(daemon): State<Arc<Daemon>>) -> Json<InfoResponse> {
             crate::executor::contain::Method::Cgroup { root } => Some(root.display().to_string()),
             crate::executor::contain::Method::Subreaper { .. } => None,
         },
+        health: daemon.health(),
     })
 }
