@@ -816,7 +816,7 @@ fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<SchedulingInput, Stor
                 ends_by: job
                     .time_limit
                     .zip(job.started_at)
-                    .map(|(limit, start)| start + limit),
+                    .map(|(limit, start)| start.saturating_add(limit)),
             }),
             JobState::Queued => {
                 let partners = job.deps.iter().map(|d| d.job).chain(job.colocate.clone());
