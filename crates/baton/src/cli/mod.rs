@@ -18,7 +18,7 @@ mod stats;
 mod status;
 mod submit;
 pub(crate) mod wait;
-mod workflow;
+pub(crate) mod workflow;
 
 use std::process::ExitCode;
 
