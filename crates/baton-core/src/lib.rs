@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod fair_share;
+pub mod input;
 pub mod locality;
 pub mod model;
 pub mod placement;

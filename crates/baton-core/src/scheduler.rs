@@ -573,7 +573,7 @@ pub fn predicted_starts(
         });
         let (start, end) = match start {
             Some((at, chosen)) => {
-                let end = job.time_limit.map(|l| at + l);
+                let end = job.time_limit.map(|l| at.saturating_add(l));
                 holders.push(RunningJob {
                     id: job.id,
                     gpus: chosen,

@@ -82,12 +82,18 @@ fn parse_clock(t: &str) -> Option<Millis> {
         .split(':')
         .map(|p| p.parse::<i64>().ok().filter(|v| *v >= 0))
         .collect::<Option<_>>()?;
+    // Checked: `99999999999999-00:00:00` is refused as a duration, not an overflow.
     let seconds = match parts.as_slice() {
-        [m, s] => m * 60 + s,
-        [h, m, s] => h * 3600 + m * 60 + s,
+        [m, s] => m.checked_mul(60)?.checked_add(*s)?,
+        [h, m, s] => h
+            .checked_mul(3600)?
+            .checked_add(m.checked_mul(60)?)?
+            .checked_add(*s)?,
         _ => return None,
     };
-    Some((days * 86_400 + seconds) * 1000)
+    days.checked_mul(86_400)?
+        .checked_add(seconds)?
+        .checked_mul(1000)
 }
 
 fn parse_suffixed(t: &str) -> Option<Millis> {
@@ -235,6 +241,8 @@ mod tests {
         assert_eq!(parse_duration("02:00:00"), Ok(7_200_000));
         assert_eq!(parse_duration("1-00:00:10"), Ok(86_410_000));
         assert_eq!(parse_duration("05:30"), Ok(330_000));
+        assert!(parse_duration("99999999999999-00:00:00").is_err());
+        assert!(parse_duration("9223372036854775807:00").is_err());
         for bad in ["", "10", "5 fortnights", "h", "-3m", "0s", "1:2:3:4"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
         }

@@ -305,9 +305,9 @@ impl BatonTools {
         let (source, text, base_dir) = match (&args.path, &args.yaml) {
             (Some(path), None) => {
                 let file = self.cwd.join(path);
-                let text = match std::fs::read_to_string(&file) {
+                let text = match crate::cli::workflow::read(&file, path) {
                     Ok(t) => t,
-                    Err(e) => return Ok(error(format!("{}: {e}", file.display()))),
+                    Err(e) => return Ok(error(e.to_string())),
                 };
                 let dir = file
                     .canonicalize()
@@ -316,7 +316,12 @@ impl BatonTools {
                     .unwrap_or_else(|| self.cwd.clone());
                 (path.clone(), text, dir)
             }
-            (None, Some(yaml)) => ("workflow".to_string(), yaml.clone(), self.cwd.clone()),
+            (None, Some(yaml)) => {
+                if let Err(e) = crate::cli::workflow::check("workflow", yaml) {
+                    return Ok(error(e.to_string()));
+                }
+                ("workflow".to_string(), yaml.clone(), self.cwd.clone())
+            }
             _ => return Ok(error("give exactly one of `path` and `yaml`")),
         };
         let env: BTreeMap<String, String> = std::env::vars().collect();

@@ -9,8 +9,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::locate;
-use crate::units::UnitError;
+use super::{MAX_FILE_BYTES, MAX_TASKS, locate};
+use crate::input::InputError;
+use crate::units::{UnitError, format_size};
 
 /// A 1-based position in the workflow file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,12 +35,29 @@ pub enum WorkflowError {
         at: Option<Location>,
         message: String,
     },
+    #[error(
+        "the file is {} ({bytes} bytes); a workflow file may be at most {} ({MAX_FILE_BYTES} \
+         bytes): split it into several workflows",
+        format_size(*bytes as u64),
+        format_size(MAX_FILE_BYTES as u64)
+    )]
+    TooLarge { bytes: usize },
     #[error("the file is empty: a workflow needs at least `name` and `tasks`")]
     EmptyFile,
     #[error("{at}: name: the workflow name must not be empty")]
     EmptyName { at: Location },
+    #[error(
+        "{at}: name: the workflow name must be printable: no control characters such as NUL or \
+         a line break"
+    )]
+    BadName { at: Location },
     #[error("{at}: tasks: a workflow needs at least one task")]
     NoTasks { at: Location },
+    #[error(
+        "{at}: tasks: the workflow has {count} tasks; at most {MAX_TASKS} are allowed in one \
+         workflow: split it into several workflows"
+    )]
+    TooManyTasks { count: usize, at: Location },
     #[error("{at}: task {name:?}: {problem}")]
     BadTaskName {
         name: String,
@@ -66,6 +84,14 @@ pub enum WorkflowError {
     BadDuration {
         task: String,
         error: UnitError,
+        at: Location,
+    },
+    /// A value no process can be started with (see [`crate::input`]); `field` is its key.
+    #[error("{at}: task {task}: {field}: {error}")]
+    BadInput {
+        task: String,
+        field: &'static str,
+        error: InputError,
         at: Location,
     },
     #[error("{at}: task {task}: after: no task named {dep:?} (tasks: {})", list_names(.known))]
@@ -98,9 +124,12 @@ impl WorkflowError {
         use WorkflowError::*;
         match self {
             Yaml { at, .. } => *at,
-            EmptyFile => None,
+            TooLarge { .. } | EmptyFile => None,
             EmptyName { at }
+            | BadName { at }
             | NoTasks { at }
+            | TooManyTasks { at, .. }
+            | BadInput { at, .. }
             | BadTaskName { at, .. }
             | DuplicateTask { at, .. }
             | MissingCommand { at, .. }

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use crate::input::{self, InputError};
 use crate::model::{GpuRequest, Millis};
 use crate::units::{parse_duration, parse_size};
 
@@ -36,6 +37,16 @@ use raw::{RawCommand, RawTask, RawWorkflow};
 
 /// Task names become parts of job names, paths and log lines, so they are kept short and plain.
 pub const MAX_TASK_NAME_LEN: usize = 64;
+
+/// The largest workflow file accepted: far above any written by hand (a thousand tasks fit in
+/// a tenth of it), and small enough that a request carrying it, JSON-escaped, stays well inside
+/// the daemon's body limit. Clients check it before sending.
+pub const MAX_FILE_BYTES: usize = 1 << 20;
+
+/// The most tasks one workflow may have. Each task is a job, queued in one transaction and
+/// looked at by every scheduling pass; a generated file of ten thousand tasks is more likely a
+/// mistake than a plan, and a larger sweep can be several workflows.
+pub const MAX_TASKS: usize = 1000;
 
 /// A parsed, checked workflow.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,10 +160,13 @@ impl WorkflowSpec {
 }
 
 /// Parses and checks a workflow file's text. The first problem found is returned; the checks
-/// run in the order of the file's structure (the YAML itself, the workflow's keys, each task's
-/// name, each task's own fields, then the references between tasks and their cycles), so the
-/// same file always gets the same message.
+/// run in the order of the file's structure (its size, the YAML itself, the workflow's keys and
+/// its number of tasks, each task's name, each task's own fields, then the references between
+/// tasks and their cycles), so the same file always gets the same message.
 pub fn parse(text: &str) -> Result<WorkflowSpec, WorkflowError> {
+    if text.len() > MAX_FILE_BYTES {
+        return Err(WorkflowError::TooLarge { bytes: text.len() });
+    }
     let blank = |line: &str| {
         let line = line.trim();
         line.is_empty() || line.starts_with('#') || line == "---"
@@ -173,9 +187,19 @@ pub fn parse(text: &str) -> Result<WorkflowSpec, WorkflowError> {
     if raw.name.trim().is_empty() {
         return Err(WorkflowError::EmptyName { at: key_at("name") });
     }
+    // The name is part of every task's job name, shown in one-line listings.
+    if raw.name.chars().any(char::is_control) {
+        return Err(WorkflowError::BadName { at: key_at("name") });
+    }
     let raw_tasks = raw.tasks.0;
     if raw_tasks.is_empty() {
         return Err(WorkflowError::NoTasks {
+            at: key_at("tasks"),
+        });
+    }
+    if raw_tasks.len() > MAX_TASKS {
+        return Err(WorkflowError::TooManyTasks {
+            count: raw_tasks.len(),
             at: key_at("tasks"),
         });
     }
@@ -278,6 +302,17 @@ fn task_spec(name: String, raw: RawTask, at: Location) -> Result<TaskSpec, Workf
     if program.trim().is_empty() {
         return Err(WorkflowError::EmptyCommand { task: name, at });
     }
+    let bad = |field: &'static str, error: InputError| WorkflowError::BadInput {
+        task: name.clone(),
+        field,
+        error,
+        at,
+    };
+    input::check_command(&command).map_err(|e| bad("command", e))?;
+    input::check_env(&raw.env).map_err(|e| bad("env", e))?;
+    if let Some(cwd) = &raw.cwd {
+        input::check_path(cwd).map_err(|e| bad("cwd", e))?;
+    }
     let gpus = raw.gpus.unwrap_or(0);
     let request = match raw.gpu_mem {
         None => GpuRequest::whole(gpus),
@@ -295,7 +330,10 @@ fn task_spec(name: String, raw: RawTask, at: Location) -> Result<TaskSpec, Workf
     };
     let time_limit = match raw.time_limit.as_deref().map(parse_duration) {
         None => None,
-        Some(Ok(ms)) => Some(ms),
+        Some(Ok(ms)) => {
+            input::check_time_limit(ms).map_err(|e| bad("time_limit", e))?;
+            Some(ms)
+        }
         Some(Err(error)) => {
             return Err(WorkflowError::BadDuration {
                 task: name,

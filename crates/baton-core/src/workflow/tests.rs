@@ -455,6 +455,115 @@ fn bad_sizes_and_durations() {
 }
 
 #[test]
+fn values_no_process_can_start_with() {
+    let task = |fields: &str| {
+        error(&[
+            "name: t",
+            "tasks:",
+            "  a: {command: [x]}",
+            &format!("  b: {{{fields}}}"),
+        ])
+    };
+    assert_eq!(
+        task(r#"command: [echo, "a\0b"]"#),
+        "line 4, column 3: task b: command: word 2 contains a NUL byte, which no program can be \
+         given as an argument"
+    );
+    // In a shell command the script is word 3 of `sh -c SCRIPT`.
+    assert!(task(r#"command: "echo \0""#).contains("command: word 3 contains a NUL byte"));
+    assert_eq!(
+        task(r#"command: [x], env: {"A=B": x}"#),
+        "line 4, column 3: task b: env: variable name \"A=B\" contains `=`, which would end the \
+         name there; a name is one or more characters other than `=` and NUL"
+    );
+    assert!(task(r#"command: [x], env: {"": x}"#).contains("env: a variable name is empty"));
+    assert!(
+        task(r#"command: [x], env: {A: "x\0"}"#)
+            .contains("env: the value of \"A\" contains a NUL byte")
+    );
+    assert!(task(r#"command: [x], cwd: "a\0b""#).contains("cwd: \"a\\0b\" contains a NUL byte"));
+    assert_eq!(
+        task("command: [x], time_limit: 366d"),
+        "line 4, column 3: task b: time_limit: 366d00h is longer than the maximum of 365d"
+    );
+    let spec = parse(&file(&[
+        "name: t",
+        "tasks:",
+        "  a: {command: [x], time_limit: 365d, env: {A: \"b=c\"}}",
+    ]))
+    .unwrap();
+    assert_eq!(
+        spec.tasks[0].time_limit,
+        Some(crate::input::MAX_TIME_LIMIT_MS)
+    );
+}
+
+#[test]
+fn a_workflow_name_must_be_printable() {
+    assert_eq!(
+        error(&["tasks:", "  a: {command: [x]}", "name: \"a\\nb\""]),
+        "line 3, column 1: name: the workflow name must be printable: no control characters such \
+         as NUL or a line break"
+    );
+    assert!(error(&["name: \"a\\0\"", "tasks:", "  a: {command: [x]}"]).contains("printable"));
+}
+
+/// A file of `n` independent tasks.
+fn tasks(n: usize) -> String {
+    let mut text = String::from("name: sweep\ntasks:\n");
+    for i in 0..n {
+        text.push_str(&format!("  t{i}: {{command: [x]}}\n"));
+    }
+    text
+}
+
+#[test]
+fn at_most_a_thousand_tasks() {
+    assert_eq!(parse(&tasks(MAX_TASKS)).unwrap().tasks.len(), 1000);
+    assert_eq!(
+        parse(&tasks(MAX_TASKS + 1)).unwrap_err(),
+        WorkflowError::TooManyTasks {
+            count: 1001,
+            at: Location { line: 2, column: 1 }
+        }
+    );
+    assert_eq!(
+        parse(&tasks(11_820)).unwrap_err().to_string(),
+        "line 2, column 1: tasks: the workflow has 11820 tasks; at most 1000 are allowed in one \
+         workflow: split it into several workflows"
+    );
+    // The count is checked before anything about the tasks themselves.
+    let mut bad = tasks(1001);
+    bad.push_str("  broken: {command: []}\n");
+    assert!(matches!(
+        parse(&bad),
+        Err(WorkflowError::TooManyTasks { count: 1002, .. })
+    ));
+}
+
+#[test]
+fn at_most_one_mebibyte() {
+    let mut text = tasks(1);
+    text.push_str(&"#".repeat(MAX_FILE_BYTES - text.len()));
+    assert_eq!(text.len(), MAX_FILE_BYTES);
+    assert!(parse(&text).is_ok());
+    text.push('#');
+    assert_eq!(
+        parse(&text).unwrap_err(),
+        WorkflowError::TooLarge {
+            bytes: MAX_FILE_BYTES + 1
+        }
+    );
+    let big = "#".repeat(2_000_000);
+    assert_eq!(
+        parse(&big).unwrap_err().to_string(),
+        "the file is 1.9 MiB (2000000 bytes); a workflow file may be at most 1 MiB (1048576 \
+         bytes): split it into several workflows"
+    );
+    assert_eq!(parse(&big).unwrap_err().location(), None);
+}
+
+#[test]
 fn unknown_and_self_dependencies() {
     let text = [
         "name: caption-pipeline",

@@ -23,8 +23,20 @@ pub enum ClientError {
         "no baton daemon is running at {socket}; start one with `baton serve` (or `baton submit`, which starts one for you)"
     )]
     NotRunning { socket: PathBuf },
-    #[error("{message}")]
-    Api { status: u16, message: String },
+    /// The daemon refused the request: its `error`, and on a line of its own its `hint`.
+    #[error("{message}{}", hint.as_ref().map(|h| format!("\nhint: {h}")).unwrap_or_default())]
+    Api {
+        status: u16,
+        message: String,
+        hint: Option<String>,
+    },
+    /// Refused here, before sending: the daemon would refuse it unread.
+    #[error(
+        "the request is {} ({bytes} bytes); the daemon reads at most {}",
+        baton_core::units::format_size(*bytes as u64),
+        baton_core::units::format_size(MAX_BODY_BYTES as u64)
+    )]
+    TooLarge { bytes: usize },
     #[error("could not start a daemon: {0}")]
     StartFailed(String),
     #[error("talking to the daemon failed: {0}")]
@@ -34,7 +46,11 @@ pub enum ClientError {
 impl ClientError {
     /// Errors the caller caused (bad input, someone else's job, no such job).
     pub fn is_usage(&self) -> bool {
-        matches!(self, ClientError::Api { status, .. } if (400..500).contains(status))
+        match self {
+            ClientError::Api { status, .. } => (400..500).contains(status),
+            ClientError::TooLarge { .. } => true,
+            _ => false,
+        }
     }
 }
 
@@ -66,6 +82,11 @@ impl Client {
         target: &str,
         body: Option<&[u8]>,
     ) -> Result<Response, ClientError> {
+        if let Some(body) = body
+            && body.len() > MAX_BODY_BYTES
+        {
+            return Err(ClientError::TooLarge { bytes: body.len() });
+        }
         let mut stream = UnixStream::connect(&self.socket).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
                 ClientError::NotRunning {
@@ -84,11 +105,29 @@ impl Client {
         head.push_str("\r\n");
         let mut message = head.into_bytes();
         message.extend_from_slice(body.unwrap_or_default());
-        stream.write_all(&message).map_err(transport)?;
+        // A daemon that refuses a request before reading its body (a caller it does not serve)
+        // answers and closes while the body is still being written: the answer is then read
+        // anyway, and the write error reported only if there is none.
+        let written = stream.write_all(&message);
+        if let Err(e) = &written
+            && !matches!(
+                e.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            )
+        {
+            return Err(transport(e));
+        }
 
         let mut reader = BufReader::new(stream);
         let mut status_line = String::new();
-        reader.read_line(&mut status_line).map_err(transport)?;
+        if let Err(e) = reader.read_line(&mut status_line) {
+            return Err(transport(written.err().unwrap_or(e)));
+        }
+        if status_line.is_empty()
+            && let Err(e) = written
+        {
+            return Err(transport(e));
+        }
         let status: u16 = status_line
             .split_whitespace()
             .nth(1)
@@ -105,10 +144,15 @@ impl Client {
         }
         let mut text = String::new();
         let _ = reader.read_to_string(&mut text);
-        let message = serde_json::from_str::<ErrorBody>(&text)
-            .map(|b| b.error)
-            .unwrap_or_else(|_| format!("daemon answered {status}: {text}"));
-        Err(ClientError::Api { status, message })
+        let (message, hint) = match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(body) => (body.error, body.hint),
+            Err(_) => (format!("daemon answered {status}: {text}"), None),
+        };
+        Err(ClientError::Api {
+            status,
+            message,
+            hint,
+        })
     }
 
     fn call<T: DeserializeOwned>(
@@ -292,5 +336,37 @@ fn since_target(path: &str, since_ms: Option<i64>) -> String {
     match since_ms {
         Some(ms) => format!("{path}?since_ms={ms}"),
         None => path.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_shows_its_hint_on_a_line_of_its_own() {
+        let with = ClientError::Api {
+            status: 400,
+            message: "--time-limit: 400d00h is longer than the maximum of 365d".into(),
+            hint: Some("a job submitted without --time-limit has no limit at all".into()),
+        };
+        assert_eq!(
+            with.to_string(),
+            "--time-limit: 400d00h is longer than the maximum of 365d\n\
+             hint: a job submitted without --time-limit has no limit at all"
+        );
+        assert!(with.is_usage());
+        let without = ClientError::Api {
+            status: 404,
+            message: "job 9 does not exist".into(),
+            hint: None,
+        };
+        assert_eq!(without.to_string(), "job 9 does not exist");
+        let big = ClientError::TooLarge { bytes: 9 << 20 };
+        assert!(big.is_usage());
+        assert_eq!(
+            big.to_string(),
+            "the request is 9 MiB (9437184 bytes); the daemon reads at most 8 MiB"
+        );
     }
 }

@@ -349,11 +349,25 @@ pub struct HealthView {
     pub since: String,
 }
 
-/// The body of every error response.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// The body of every error response, whatever refused the request (a handler, an unknown
+/// route, a method the route does not take, a body that is not JSON or too large): 4xx and 5xx
+/// answers are never plain text.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {
+    /// What is wrong, in one sentence.
     pub error: String,
+    /// What to do instead, when there is something to say; absent (not null) otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
 }
+
+/// The largest request body the daemon reads. Bodies are small JSON objects except a workflow
+/// submission, which carries the file (at most [`baton_core::workflow::MAX_FILE_BYTES`], and
+/// JSON escaping at most doubles what a valid file holds) and, like every submission, the
+/// submitter's environment. Clients refuse to send more.
+pub const MAX_BODY_BYTES: usize = 8 << 20;
+
+const _: () = assert!(MAX_BODY_BYTES >= 4 * baton_core::workflow::MAX_FILE_BYTES);
 
 /// `POST /v1/workflows`: queue a workflow (DESIGN §6) from the text of its YAML file.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

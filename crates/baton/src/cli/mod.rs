@@ -19,7 +19,7 @@ mod stats;
 mod status;
 mod submit;
 pub(crate) mod wait;
-mod workflow;
+pub(crate) mod workflow;
 
 use std::process::ExitCode;
 

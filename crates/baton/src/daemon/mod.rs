@@ -956,7 +956,7 @@ fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<SchedulingInput, Stor
                 ends_by: job
                     .time_limit
                     .zip(job.started_at)
-                    .map(|(limit, start)| start + limit),
+                    .map(|(limit, start)| start.saturating_add(limit)),
             }),
             // A queued job whose end waits to be recorded is not planned again.
             JobState::Queued if inner.unrecorded.jobs.contains(&job.id) => {}

@@ -291,7 +291,10 @@ impl Daemon {
             })
             .collect();
         // Every component lives until the last task ends: the sum of the tasks' limits.
-        let limit = tasks.iter().map(|t| t.time_limit).sum::<Option<i64>>();
+        let limit = tasks
+            .iter()
+            .map(|t| t.time_limit)
+            .try_fold(0_i64, |sum, l| l.map(|l| sum.saturating_add(l)));
         let dir = crate::paths::workflow_dir(&self.config.home, workflow);
         let result = match self.run_as(tasks[0]) {
             Err(e) => Err(SlurmError::Refused(e)),

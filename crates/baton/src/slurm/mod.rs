@@ -198,7 +198,10 @@ impl Slurm {
         }
         if let Some(ms) = s.time_limit_ms {
             // Slurm counts whole minutes; round up so a job never gets less than it asked.
-            args.push(format!("--time={}", (ms.max(1) + 59_999) / 60_000));
+            args.push(format!(
+                "--time={}",
+                ms.max(1).saturating_add(59_999) / 60_000
+            ));
         }
         if !s.dependencies.is_empty() {
             args.push(format!("--dependency={}", s.dependencies.join(",")));
@@ -420,7 +423,10 @@ impl Slurm {
                 args.push(format!("--gres=gpu:{}", t.gpus));
             }
             if let Some(ms) = time_limit_ms {
-                args.push(format!("--time={}", (ms.max(1) + 59_999) / 60_000));
+                args.push(format!(
+                    "--time={}",
+                    ms.max(1).saturating_add(59_999) / 60_000
+                ));
             }
         }
         args

@@ -21,9 +21,10 @@ pub(crate) use workflow::view as workflow_view;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
-use super::{Daemon, auth};
+use super::{Daemon, auth, error};
 
 pub fn router(daemon: Arc<Daemon>) -> Router {
     let v1 = Router::new()
@@ -41,12 +42,20 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/workflows", post(workflow::submit))
         .route("/workflows/{id}", get(workflow::status))
         .route("/workflows/{id}/cancel", post(workflow::cancel));
-    Router::new()
+    let app = Router::new()
         .nest(crate::api::PREFIX, v1)
         .route("/metrics", get(metrics::handle))
+        .fallback(error::no_route)
+        // Explicit rather than axum's default (2 MB), and agreed with what clients check.
+        .layer(DefaultBodyLimit::max(crate::api::MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             daemon.clone(),
             auth::admit,
         ))
-        .with_state(daemon)
+        .with_state(daemon);
+    // Around the whole router, not as its layer: a layer wraps each route's handlers, inside
+    // the method routing that adds a 405's `Allow` header, which the rewritten body names.
+    Router::new()
+        .fallback_service(app)
+        .layer(axum::middleware::from_fn(error::json_errors))
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{ConnectInfo, State};
+use baton_core::input::{self, InputError};
 use baton_core::{DepKind, Dependency, GpuRequest, JobId, admission};
 
 use crate::api::{JobView, SubmitRequest};
@@ -81,7 +82,10 @@ fn queue_outlook(daemon: &Daemon, inner: &Inner, job: &JobRecord) -> (usize, Opt
             id: j.id,
             gpus: j.gpus.clone(),
             request: j.request,
-            ends_by: j.time_limit.zip(j.started_at).map(|(l, s)| s + l),
+            ends_by: j
+                .time_limit
+                .zip(j.started_at)
+                .map(|(l, s)| s.saturating_add(l)),
         })
         .collect();
     let now = now_ms();
@@ -108,21 +112,25 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
                 .into(),
         );
     }
+    input::check_command(&req.command)
+        .map_err(|e| ApiError::BadRequest(format!("command: {e}")))?;
+    input::check_env(&req.env).map_err(|e| ApiError::BadRequest(format!("environment: {e}")))?;
+    input::check_path(&req.cwd)
+        .map_err(|e| ApiError::BadRequest(format!("working directory: {e}")))?;
     if !Path::new(&req.cwd).is_absolute() {
         return bad(format!(
             "the working directory must be an absolute path, not {:?}",
             req.cwd
         ));
     }
+    check_dir(&req.cwd).map_err(|e| ApiError::BadRequest(format!("the working directory {e}")))?;
     if let Some(name) = &req.name
         && (name.is_empty() || name.len() > 200 || name.chars().any(char::is_control))
     {
         return bad("--name must be 1-200 printable characters".into());
     }
-    if let Some(ms) = req.time_limit_ms
-        && ms <= 0
-    {
-        return bad("--time-limit must be positive".into());
+    if let Some(ms) = req.time_limit_ms {
+        input::check_time_limit(ms).map_err(time_limit_error)?;
     }
     let request = match req.gpu_mem {
         Some(0) => return bad("--gpu-mem must be positive".into()),
@@ -198,6 +206,36 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
         submitted_at: now_ms(),
         umask: req.umask.map(|m| m & 0o777),
     })
+}
+
+/// Refuses a working directory the job could not start in: missing, or not a directory. A job
+/// refused now loses nothing; one queued with it would wait for its GPUs and then fail to start.
+///
+/// The daemon can only judge what it can see. In system mode it runs as root and the job runs as
+/// its submitter, so a directory that exists but the submitter may not enter passes here and
+/// still fails when the job starts (the job's report then says why). A directory removed
+/// between now and the start fails the same way.
+pub(super) fn check_dir(dir: &str) -> Result<(), String> {
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(format!("{dir} is not a directory")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!("{dir} does not exist")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            Err(format!("{dir} is not a directory (a part of it is a file)"))
+        }
+        Err(e) => Err(format!("{dir} cannot be used: {e}")),
+    }
+}
+
+/// The message for a time limit out of range, with the way to run longer.
+fn time_limit_error(e: InputError) -> ApiError {
+    let error = ApiError::BadRequest(format!("--time-limit: {e}"));
+    match e {
+        InputError::TimeLimitTooLong { .. } => {
+            error.with_hint("a job submitted without --time-limit has no limit at all")
+        }
+        _ => error,
+    }
 }
 
 /// A submission's job environment and report channels, for jobs and workflows alike. The inbox

@@ -11,7 +11,7 @@ use axum::Json;
 use axum::extract::{ConnectInfo, Path as UrlPath, State};
 use baton_core::placement::Occupancy;
 use baton_core::workflow::{self, WorkflowSpec};
-use baton_core::{JobId, admission};
+use baton_core::{JobId, admission, input};
 
 use crate::api::{CancelRequest, WorkflowSubmitRequest, WorkflowTaskView, WorkflowView};
 use crate::daemon::handlers::cancel::cancel_jobs;
@@ -40,12 +40,15 @@ pub async fn submit(
             task.name, task.retries
         )));
     }
+    input::check_path(&req.base_dir).map_err(|e| bad(format!("the workflow's directory: {e}")))?;
     if !Path::new(&req.base_dir).is_absolute() {
         return Err(bad(format!(
             "the workflow's directory must be absolute, not {:?}",
             req.base_dir
         )));
     }
+    input::check_env(&req.env).map_err(|e| bad(format!("environment: {e}")))?;
+    check_dirs(&spec, &req.base_dir).map_err(bad)?;
     let dag = spec.dag().map_err(|e| bad(e.to_string()))?;
     let (env, channels) = super::submit::env_and_channels(
         &daemon,
@@ -98,11 +101,7 @@ pub async fn submit(
                     .collect();
                 let mut task_env: BTreeMap<String, String> = env.clone();
                 task_env.extend(task.env.clone());
-                let cwd = match &task.cwd {
-                    Some(dir) if Path::new(dir).is_absolute() => dir.clone(),
-                    Some(dir) => format!("{}/{dir}", req.base_dir.trim_end_matches('/')),
-                    None => req.base_dir.clone(),
-                };
+                let cwd = task_cwd(task, &req.base_dir);
                 let job = NewJob {
                     name: Some(format!("{}/{}", spec.name, task.name)),
                     command: task.command.clone(),
@@ -160,6 +159,46 @@ pub async fn submit(
         "workflow queued"
     );
     Ok(Json(view(&wf, &jobs)))
+}
+
+/// A task's working directory: its `cwd`, relative to the workflow file's directory, which is
+/// also the default.
+fn task_cwd(task: &workflow::TaskSpec, base_dir: &str) -> String {
+    match &task.cwd {
+        Some(dir) if Path::new(dir).is_absolute() => dir.clone(),
+        Some(dir) => format!("{}/{dir}", base_dir.trim_end_matches('/')),
+        None => base_dir.to_string(),
+    }
+}
+
+/// Refuses, before anything is queued, a working directory a task could never start in: one
+/// that is not a directory, or, for a task that runs after no other, one that does not exist. A
+/// task with `after` may use a directory its predecessors create (`mkdir out`, then `cwd: out`),
+/// so for it only an existing non-directory is refused. (What the daemon cannot see, see
+/// `submit::check_dir`.)
+fn check_dirs(spec: &WorkflowSpec, base_dir: &str) -> Result<(), String> {
+    for task in &spec.tasks {
+        let dir = task_cwd(task, base_dir);
+        let missing = matches!(
+            std::fs::metadata(&dir),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        );
+        if missing && !task.after.is_empty() {
+            continue;
+        }
+        super::submit::check_dir(&dir).map_err(|e| {
+            let field = if task.cwd.is_some() {
+                "cwd"
+            } else {
+                "the workflow file's directory"
+            };
+            format!(
+                "line {}, column {}: task {}: {field}: {e}",
+                task.line, task.column, task.name
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Refuses, before anything is queued, a task this machine can never run, and an atomic
