@@ -20,6 +20,31 @@ pub struct Settings {
     pub daemon: DaemonSettings,
     /// How failed jobs are retried (`[retries]`).
     pub retries: RetrySettings,
+    /// What the users of a shared (`--system`) daemon may ask for (`[limits]`).
+    pub limits: LimitSettings,
+}
+
+/// `[limits]`: on a shared daemon (`baton serve --system`), what users other than root and the
+/// `admins` may ask for, so that no user can jump every other user's jobs.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitSettings {
+    /// The lowest `--priority` a user may give.
+    pub min_priority: i64,
+    /// The highest `--priority` a user may give.
+    pub max_priority: i64,
+    /// Users who, like root, may go beyond these limits.
+    pub admins: Vec<String>,
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        LimitSettings {
+            min_priority: -100,
+            max_priority: 100,
+            admins: Vec::new(),
+        }
+    }
 }
 
 /// `[retries]`: how far `--retries` may go, and how long a failed job waits before each new
@@ -120,6 +145,22 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
+    let l = &settings.limits;
+    if l.min_priority > l.max_priority {
+        return Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: format!(
+                "[limits] min_priority ({}) is above max_priority ({})",
+                l.min_priority, l.max_priority
+            ),
+        });
+    }
+    if l.admins.iter().any(|a| a.trim().is_empty()) {
+        return Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: "[limits] admins: a user name may not be empty".into(),
+        });
+    }
     let r = &settings.retries;
     if r.delay < 0 || r.max_delay < r.delay {
         return Err(ConfigError::Invalid {
@@ -197,6 +238,23 @@ mod tests {
         assert!(err.contains("warn_after"), "{err}");
         let err = parse_str("[wast]\n").unwrap_err().to_string();
         assert!(err.starts_with("config.toml:1:"), "{err}");
+    }
+
+    #[test]
+    fn limits_default_to_a_priority_range() {
+        let l = parse_str("").unwrap().limits;
+        assert_eq!((l.min_priority, l.max_priority), (-100, 100));
+        let l = parse_str("[limits]\nmax_priority = 10\nadmins = [\"alice\"]\n")
+            .unwrap()
+            .limits;
+        assert_eq!(
+            (l.min_priority, l.max_priority, l.admins),
+            (-100, 10, vec!["alice".into()])
+        );
+        let err = parse_str("[limits]\nmin_priority = 5\nmax_priority = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("min_priority"), "{err}");
     }
 
     #[test]

@@ -18,6 +18,14 @@ pub fn by_uid(uid: u32) -> Option<Account> {
     })
 }
 
+/// The account with this name, if the system knows it.
+pub fn by_name(name: &str) -> Option<Account> {
+    let name = CString::new(name).ok()?;
+    lookup(|pwd, buf, result| unsafe {
+        libc::getpwnam_r(name.as_ptr(), pwd, buf.as_mut_ptr(), buf.len(), result)
+    })
+}
+
 /// A name for a uid: the account name, or the number when it has none.
 pub fn name_of(uid: u32) -> String {
     by_uid(uid)
@@ -88,5 +96,7 @@ mod tests {
         assert_eq!(root.gid, 0);
         assert!(groups_of(&root).contains(&0));
         assert_eq!(name_of(4_000_000_000), "4000000000");
+        assert_eq!(by_name("root").map(|a| a.uid), Some(0));
+        assert_eq!(by_name("no-such-user-for-baton"), None);
     }
 }

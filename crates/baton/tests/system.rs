@@ -91,6 +91,54 @@ fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
+/// A system daemon on 2 simulated GPUs with `config` as its config.toml, and two users. Fields
+/// drop in order: the daemon and its jobs first, then the users.
+struct Shared {
+    b: Baton,
+    alice: TestUser,
+    bob: TestUser,
+}
+
+/// `None` (with a message) where the test cannot run: it needs root, useradd and runuser.
+fn shared_daemon(tag: &str, config: &str) -> Option<Shared> {
+    if !is_root() || !have("useradd") || !have("runuser") {
+        eprintln!("SKIPPED system-mode test: needs root, useradd and runuser");
+        return None;
+    }
+    let alice = TestUser::create(&format!("{tag}a"));
+    let bob = TestUser::create(&format!("{tag}b"));
+    let mut b = Baton::unstarted_in(Path::new("/tmp"));
+    chmod(&b.root, 0o755);
+    chmod(&b.work, 0o1777);
+    let bin_dir = b.root.join("bin");
+    std::fs::create_dir(&bin_dir).unwrap();
+    chmod(&bin_dir, 0o755);
+    let bin = bin_dir.join("baton");
+    std::fs::copy(common::BIN, &bin).unwrap();
+    chmod(&bin, 0o755);
+    b.bin = bin;
+    let socket: PathBuf = b.root.join("sock").join("baton.sock");
+    b.socket = Some(socket.clone());
+    std::fs::create_dir_all(&b.home).unwrap();
+    std::fs::write(
+        b.home.join("config.toml"),
+        config.replace("ALICE", &alice.name),
+    )
+    .unwrap();
+    let sock_arg = socket.to_string_lossy().into_owned();
+    b.serve_with(&[
+        "serve",
+        "--system",
+        "--socket",
+        &sock_arg,
+        "--sim-gpus",
+        "2",
+        "--grace",
+        "1s",
+    ]);
+    Some(Shared { b, alice, bob })
+}
+
 #[test]
 fn system_mode_runs_jobs_as_their_submitters_and_guards_cancel() {
     if !is_root() || !have("useradd") || !have("runuser") {
@@ -268,4 +316,148 @@ fn system_mode_runs_jobs_as_their_submitters_and_guards_cancel() {
         !inside.join("x").exists(),
         "alice's job wrote inside a directory she cannot reach"
     );
+}
+
+/// Every route that returns a job's output, report, history or details checks who asks: bob may
+/// see that alice's job exists and wait for it to end, but reads nothing of hers.
+#[test]
+fn another_users_job_can_be_waited_for_but_not_read() {
+    let Some(Shared { b, alice, bob }) = shared_daemon("r", "") else {
+        return;
+    };
+    let a = submit_as(
+        &b,
+        &alice,
+        &format!("echo s3cr3t-output; {}", wait_for_file("go.r")),
+    );
+    b.wait_running(a);
+    let id = a.to_string();
+    let leaked = |out: &Out| out.stdout.contains("s3cr3t") || out.stderr.contains("s3cr3t");
+
+    // Waiting with the report is refused before it blocks, and says what to do instead.
+    let out = as_user(&b, &bob, &["wait", &id, "--timeout", "30s"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains(&alice.name), "{out:?}");
+    assert!(out.stderr.contains("--brief"), "{out:?}");
+    for args in [
+        vec!["events", id.as_str()],
+        vec!["logs", id.as_str()],
+        vec!["logs", id.as_str(), "--stderr"],
+        vec!["report", id.as_str()],
+    ] {
+        let out = as_user(&b, &bob, &args);
+        assert_eq!(out.code, 2, "bob: baton {args:?}: {out:?}");
+        assert!(!leaked(&out), "{out:?}");
+    }
+    // The queue shows her job, without what is hers alone.
+    for args in [
+        vec!["status", id.as_str(), "--json"],
+        vec!["status", "--json"],
+    ] {
+        let out = as_user(&b, &bob, &args).expect(0);
+        let jobs = out.json();
+        let job = jobs
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"] == a)
+            .unwrap_or_else(|| panic!("{jobs:#}"))
+            .clone();
+        assert_eq!(job["private"], true, "{job:#}");
+        assert_eq!(job["command"], serde_json::json!([]), "{job:#}");
+        assert_eq!(job["cwd"], "", "{job:#}");
+        assert_eq!(job["owner"], alice.name.as_str());
+    }
+    // Alice sees all of it.
+    let out = as_user(&b, &alice, &["status", &id, "--json"]).expect(0);
+    assert!(out.json()[0]["command"].as_array().unwrap().len() == 3);
+    assert!(out.json()[0].get("private").is_none());
+
+    // A brief wait works and ends with the job, and still shows nothing of it.
+    let waiter = {
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", &bob.name, "--"])
+            .arg(&b.bin)
+            .args(["wait", "--brief", &id, "--timeout", "30s"])
+            .env("BATON_SOCKET", b.socket.as_ref().unwrap())
+            .env("HOME", &b.work)
+            .current_dir(&b.work)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        cmd.spawn().unwrap()
+    };
+    b.touch("go.r");
+    let out = waiter.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("succeeded") && !text.contains("s3cr3t"),
+        "{text}"
+    );
+
+    // A workflow of hers: its tasks, as her jobs, show nothing of hers either.
+    let wf = b.work.join("wf.yaml");
+    std::fs::write(&wf, "name: hers\ntasks:\n  t: {command: [\"true\"]}\n").unwrap();
+    chmod(&wf, 0o644);
+    let out = as_user(
+        &b,
+        &alice,
+        &["workflow", "submit", &wf.to_string_lossy(), "--json"],
+    )
+    .expect(0);
+    let w = out.json()["id"].as_u64().unwrap().to_string();
+    let out = as_user(&b, &bob, &["workflow", "status", &w, "--json"]).expect(0);
+    let view = out.json();
+    assert_eq!(view["source"], "", "{view:#}");
+    assert_eq!(view["tasks"][0]["job"]["private"], true, "{view:#}");
+    let out = as_user(&b, &alice, &["workflow", "status", &w, "--json"]).expect(0);
+    assert_ne!(out.json()["source"], "");
+}
+
+/// On a shared daemon a user's priority stays within `[limits]` (default -100..100); root and the
+/// configured admins may go beyond it.
+#[test]
+fn priority_is_bounded_for_the_users_of_a_shared_daemon() {
+    let Some(Shared { b, alice, bob }) =
+        shared_daemon("p", "[limits]\nmax_priority = 50\nadmins = [\"ALICE\"]\n")
+    else {
+        return;
+    };
+    let work = b.work.to_string_lossy().into_owned();
+    let submit = |user: &TestUser, priority: &str| {
+        as_user(
+            &b,
+            user,
+            &[
+                "submit",
+                "--cwd",
+                &work,
+                "--priority",
+                priority,
+                "--",
+                "true",
+            ],
+        )
+    };
+    let out = submit(&bob, "9223372036854775807");
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("-100 to 50"), "{out:?}");
+    let out = submit(&bob, "-101");
+    assert_eq!(out.code, 2, "{out:?}");
+    submit(&bob, "50").expect(0);
+    submit(&bob, "-100").expect(0);
+    submit(&alice, "1000").expect(0);
+    b.run(&["submit", "--priority", "1000000", "--", "true"])
+        .expect(0);
+    // A workflow's priorities too.
+    let wf = b.work.join("prio.yaml");
+    std::fs::write(
+        &wf,
+        "name: prio\npriority: 51\ntasks:\n  t: {command: [\"true\"]}\n",
+    )
+    .unwrap();
+    chmod(&wf, 0o644);
+    let out = as_user(&b, &bob, &["workflow", "submit", &wf.to_string_lossy()]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("-100 to 50"), "{out:?}");
 }

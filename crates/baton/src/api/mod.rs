@@ -167,6 +167,10 @@ pub struct JobView {
     pub slurm_nodes: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_state: Option<String>,
+    /// Another user's job, seen on a shared daemon: its command, working directory, tags,
+    /// channels and session are left out (empty).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private: bool,
 }
 
 /// `GET /v1/jobs?ids=1,2&all=true`: the named jobs, or the queue.

@@ -101,6 +101,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     )
     .map_err(UsageError)?;
     tracing::info!("jobs are contained by {}", containment.describe());
+    for admin in &settings.limits.admins {
+        if crate::users::by_name(admin).is_none() {
+            tracing::warn!("[limits] admins: no user is called {admin:?}");
+        }
+    }
     let config = Config {
         home: home.clone(),
         system: args.system,
@@ -110,6 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         backend: settings.backend,
         containment,
         retries: settings.retries,
+        limits: settings.limits,
     };
     let exe = std::env::current_exe().context("cannot find the baton binary")?;
     let daemon = Daemon::new(config, store, probe, exe)?;

@@ -13,6 +13,32 @@ use tokio::net::UnixListener;
 use super::{ApiError, Daemon};
 use crate::store::JobRecord;
 
+impl Daemon {
+    /// Refuses a priority outside `[limits]` from a user of a shared daemon who is neither root
+    /// nor one of its admins; `what` names the setting for the message (`--priority`).
+    pub(crate) fn check_priority(
+        &self,
+        peer: &Peer,
+        priority: i64,
+        what: &str,
+    ) -> Result<(), ApiError> {
+        let limits = &self.config.limits;
+        let allowed = limits.min_priority..=limits.max_priority;
+        if !self.config.system || peer.is_root() || allowed.contains(&priority) {
+            return Ok(());
+        }
+        let name = crate::users::name_of(peer.uid);
+        if limits.admins.contains(&name) {
+            return Ok(());
+        }
+        Err(ApiError::BadRequest(format!(
+            "{what} {priority} is outside the range this shared daemon allows: {} to {}",
+            limits.min_priority, limits.max_priority
+        ))
+        .with_hint("root and the users in config.toml's `[limits] admins` may go beyond it"))
+    }
+}
+
 /// The caller, as the kernel vouches for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Peer {

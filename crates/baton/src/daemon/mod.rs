@@ -54,6 +54,8 @@ pub struct Config {
     pub containment: Method,
     /// How far `--retries` may go and how long a retry waits (`[retries]`).
     pub retries: crate::config::RetrySettings,
+    /// What users of a shared daemon may ask for (`[limits]`).
+    pub limits: crate::config::LimitSettings,
 }
 
 pub struct Daemon {
@@ -913,7 +915,7 @@ impl Daemon {
     /// `what` names what is read, for the refusal ("output", "reports").
     fn readable_job(&self, peer: &Peer, id: JobId, what: &str) -> Result<JobRecord, ApiError> {
         let Some(job) = self.job(id)? else {
-            self.views(&[id])?; // says which ids exist
+            self.views(peer, &[id])?; // says which ids exist
             return Err(ApiError::NotFound(format!("job {id} does not exist")));
         };
         if !peer.may_act_on(&job) {

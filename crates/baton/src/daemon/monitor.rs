@@ -666,6 +666,7 @@ mod tests {
                 why: "a test".into(),
             },
             retries: Default::default(),
+            limits: Default::default(),
         };
         let probe = SimProbe::new(8, 80 << 30, Some(home.join("sim")));
         let daemon = Daemon::new(

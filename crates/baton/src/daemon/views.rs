@@ -5,11 +5,28 @@ use std::time::{Duration, UNIX_EPOCH};
 use baton_core::{DepKind, Millis};
 
 use crate::api::JobView;
+use crate::daemon::Peer;
 use crate::store::JobRecord;
 
 pub fn rfc3339(ms: Millis) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
     humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// The job as `peer` may see it: whole for its owner and root, and for another user of a shared
+/// daemon without what is theirs alone (command, working directory, tags, channels, session),
+/// as Slurm's `PrivateData=jobs` would.
+pub fn job_view_for(peer: &Peer, job: &JobRecord) -> JobView {
+    let mut view = job_view(job);
+    if !peer.may_act_on(job) {
+        view.command = Vec::new();
+        view.cwd = String::new();
+        view.tags = Default::default();
+        view.notify = Vec::new();
+        view.session = None;
+        view.private = true;
+    }
+    view
 }
 
 pub fn job_view(job: &JobRecord) -> JobView {
@@ -52,5 +69,6 @@ pub fn job_view(job: &JobRecord) -> JobView {
         slurm_job_id: job.slurm_id,
         slurm_nodes: job.slurm_nodes.clone().filter(|n| !n.is_empty()),
         slurm_state: job.slurm_state.clone(),
+        private: false,
     }
 }

@@ -27,7 +27,7 @@ pub async fn handle(
     let ids: Vec<JobId> = req.ids.iter().copied().map(JobId).collect();
     cancel_jobs(&daemon, &peer, &ids, req.force, req.session.as_deref())?;
     Ok(Json(CancelResponse {
-        jobs: daemon.views(&ids)?,
+        jobs: daemon.views(&peer, &ids)?,
     }))
 }
 
@@ -44,7 +44,7 @@ pub(crate) fn cancel_jobs(
     let now = now_ms();
     {
         // Everything is checked before anything changes.
-        let current = daemon.views(ids)?;
+        let current = daemon.views(peer, ids)?;
         let mut inner = daemon.lock();
         for view in &current {
             let Some(job) = inner.active.get(&JobId(view.id)) else {

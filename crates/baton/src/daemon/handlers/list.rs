@@ -7,7 +7,7 @@ use axum::extract::{ConnectInfo, Query, State};
 use baton_core::JobId;
 
 use crate::api::{JobView, ListQuery};
-use crate::daemon::views::job_view;
+use crate::daemon::views::job_view_for;
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
 
 pub async fn handle(
@@ -17,7 +17,7 @@ pub async fn handle(
 ) -> Result<Json<Vec<JobView>>, ApiError> {
     let ids = parse_ids(query.ids.as_deref().unwrap_or(""))?;
     if !ids.is_empty() {
-        return Ok(Json(daemon.views(&ids)?));
+        return Ok(Json(daemon.views(&peer, &ids)?));
     }
     let inner = daemon.lock();
     if let Some(session) = &query.session {
@@ -36,7 +36,7 @@ pub async fn handle(
                 *job = live.clone();
             }
         }
-        return Ok(Json(jobs.iter().map(job_view).collect()));
+        return Ok(Json(jobs.iter().map(|j| job_view_for(&peer, j)).collect()));
     }
     let mut jobs = if query.all {
         inner.store.all()?
@@ -60,7 +60,7 @@ pub async fn handle(
     Ok(Json(
         jobs.iter()
             .map(|j| {
-                let mut view = job_view(j);
+                let mut view = job_view_for(&peer, j);
                 if let Some(Some(at)) = predicted.get(&j.id) {
                     view.predicted_start = Some(crate::daemon::views::rfc3339(*at));
                 }
@@ -83,12 +83,13 @@ pub fn parse_ids(text: &str) -> Result<Vec<JobId>, ApiError> {
 }
 
 impl Daemon {
-    /// The named jobs, in the order asked; an unknown id is an error that says what exists.
-    pub(crate) fn views(&self, ids: &[JobId]) -> Result<Vec<JobView>, ApiError> {
+    /// The named jobs as `peer` may see them, in the order asked; an unknown id is an error
+    /// that says what exists.
+    pub(crate) fn views(&self, peer: &Peer, ids: &[JobId]) -> Result<Vec<JobView>, ApiError> {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             match self.job(*id)? {
-                Some(job) => out.push(job_view(&job)),
+                Some(job) => out.push(job_view_for(peer, &job)),
                 None => {
                     let newest = self.lock().store.max_id()?;
                     return Err(ApiError::NotFound(if newest == 0 {

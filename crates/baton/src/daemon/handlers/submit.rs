@@ -155,6 +155,7 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
         };
         ApiError::BadRequest(format!("{e}{hint}"))
     })?;
+    daemon.check_priority(peer, req.priority, "--priority")?;
     let max_retries = daemon.config.retries.max;
     if req.retries > max_retries {
         return bad(format!(

@@ -5,14 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 
 use crate::api::{WaitRequest, WaitResponse};
-use crate::daemon::{ApiError, Daemon};
+use crate::daemon::{ApiError, Daemon, Peer};
 use baton_core::{JobId, JobState};
 
 pub async fn handle(
     State(daemon): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     Json(req): Json<WaitRequest>,
 ) -> Result<Json<WaitResponse>, ApiError> {
     if req.ids.is_empty() {
@@ -21,6 +22,20 @@ pub async fn handle(
         ));
     }
     let ids: Vec<JobId> = req.ids.iter().copied().map(JobId).collect();
+    // Anyone may wait for a job to end (to start theirs after it), but only its owner reads its
+    // report: refused before waiting, not after.
+    if req.reports {
+        for id in &ids {
+            daemon
+                .readable_job(&peer, *id, "reports")
+                .map_err(|e| match e {
+                    ApiError::Forbidden(_) => e.with_hint(
+                        "`baton wait --brief` waits for another user's job without its report",
+                    ),
+                    other => other,
+                })?;
+        }
+    }
     // Subscribe before looking, so a change between the look and the sleep is not missed.
     let mut changed = daemon.changed.subscribe();
     let mut shutting_down = daemon.shutting_down.subscribe();
@@ -29,7 +44,7 @@ pub async fn handle(
         .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms.max(0) as u64));
     loop {
         changed.borrow_and_update();
-        let jobs = daemon.views(&ids)?;
+        let jobs = daemon.views(&peer, &ids)?;
         let ended = |j: &crate::api::JobView| {
             j.state
                 .parse::<JobState>()

@@ -15,6 +15,7 @@ use baton_core::{JobId, admission, input};
 
 use crate::api::{CancelRequest, WorkflowSubmitRequest, WorkflowTaskView, WorkflowView};
 use crate::daemon::handlers::cancel::cancel_jobs;
+use crate::daemon::views::job_view_for;
 use crate::daemon::views::{job_view, rfc3339};
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
 use crate::store::{JobRecord, NewJob, NewTask, NewWorkflow, WorkflowRecord};
@@ -32,6 +33,14 @@ pub async fn submit(
     let bad = |m: String| ApiError::BadRequest(format!("{source}: {m}"));
     let spec = workflow::parse(&req.text).map_err(|e| bad(e.to_string()))?;
     check_resources(&daemon, &spec).map_err(bad)?;
+    if let Some(p) = spec.priority {
+        daemon.check_priority(&peer, p, "priority")?;
+    }
+    for task in &spec.tasks {
+        if let Some(p) = task.priority {
+            daemon.check_priority(&peer, p, &format!("task {}: priority", task.name))?;
+        }
+    }
     let max_retries = daemon.config.retries.max;
     if let Some(task) = spec.tasks.iter().find(|t| t.retries > max_retries) {
         return Err(bad(format!(
@@ -236,10 +245,11 @@ fn check_resources(daemon: &Daemon, spec: &WorkflowSpec) -> Result<(), String> {
 
 pub async fn status(
     State(daemon): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     UrlPath(id): UrlPath<u64>,
 ) -> Result<Json<WorkflowView>, ApiError> {
     let (wf, jobs) = daemon.workflow_with_jobs(id)?;
-    Ok(Json(view(&wf, &jobs)))
+    Ok(Json(view_for(&peer, &wf, &jobs)))
 }
 
 pub async fn cancel(
@@ -258,7 +268,7 @@ pub async fn cancel(
         cancel_jobs(&daemon, &peer, &open, req.force, req.session.as_deref())?;
     }
     let (wf, jobs) = daemon.workflow_with_jobs(id)?;
-    Ok(Json(view(&wf, &jobs)))
+    Ok(Json(view_for(&peer, &wf, &jobs)))
 }
 
 impl Daemon {
@@ -284,6 +294,19 @@ impl Daemon {
 
 /// The workflow object: its tasks in the order they were queued (dependency order), and the
 /// predicted critical path read back from the tasks' own predictions.
+/// The workflow as `peer` may see it: another user's without its source file and with its tasks
+/// as `job_view_for` shows them.
+pub fn view_for(peer: &Peer, wf: &WorkflowRecord, jobs: &[JobRecord]) -> WorkflowView {
+    let mut out = view(wf, jobs);
+    if !(peer.is_root() || peer.uid == wf.owner_uid) {
+        out.source = String::new();
+        for (task, job) in out.tasks.iter_mut().zip(jobs) {
+            task.job = job_view_for(peer, job);
+        }
+    }
+    out
+}
+
 pub fn view(wf: &WorkflowRecord, jobs: &[JobRecord]) -> WorkflowView {
     let name_of: HashMap<JobId, String> = jobs
         .iter()
