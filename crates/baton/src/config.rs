@@ -35,6 +35,16 @@ pub struct LimitSettings {
     pub max_priority: i64,
     /// Users who, like root, may go beyond these limits.
     pub admins: Vec<String>,
+    /// Connections to the API socket open at once, in all (lowered to fit the daemon's limit
+    /// on open files).
+    pub connections: usize,
+    /// Connections to the API socket one user may hold at once (each `baton wait` and
+    /// `logs --follow` holds one).
+    pub connections_per_user: usize,
+    /// How long a client may take to send a whole request; an idle or slow connection is
+    /// closed after it.
+    #[serde(with = "baton_core::units::serde_duration")]
+    pub request_timeout: Millis,
 }
 
 impl Default for LimitSettings {
@@ -43,6 +53,20 @@ impl Default for LimitSettings {
             min_priority: -100,
             max_priority: 100,
             admins: Vec::new(),
+            connections: 1024,
+            connections_per_user: 128,
+            request_timeout: 10_000,
+        }
+    }
+}
+
+impl LimitSettings {
+    /// What the API socket's accept loop enforces.
+    pub fn connection_limits(&self) -> crate::daemon::ConnectionLimits {
+        crate::daemon::ConnectionLimits {
+            total: self.connections,
+            per_user: self.connections_per_user,
+            request_timeout: std::time::Duration::from_millis(self.request_timeout.max(0) as u64),
         }
     }
 }
@@ -153,6 +177,14 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
                 "[limits] min_priority ({}) is above max_priority ({})",
                 l.min_priority, l.max_priority
             ),
+        });
+    }
+    if l.connections == 0 || l.connections_per_user == 0 || l.request_timeout < 100 {
+        return Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: "[limits] connections and connections_per_user must be at least 1, and \
+                      request_timeout at least 100ms"
+                .into(),
         });
     }
     if l.admins.iter().any(|a| a.trim().is_empty()) {

@@ -461,3 +461,108 @@ fn priority_is_bounded_for_the_users_of_a_shared_daemon() {
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("-100 to 50"), "{out:?}");
 }
+
+/// What one user's 200 idle connections do to a shared daemon limited to 16 per user and a 1 s
+/// request timeout (a Python script run as that user opens them, then reports): the first 16
+/// are held until the timeout closes them, the rest are refused at once with a JSON 503, and
+/// meanwhile other users are served as usual.
+const HOLD_CONNECTIONS: &str = r#"
+import json, socket, sys, time
+path, n = sys.argv[1], int(sys.argv[2])
+conns = []
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    conns.append(s)
+print("ready", flush=True)
+sys.stdin.readline()
+refused = closed = still_open = 0
+deadline = time.time() + 10
+for s in conns:
+    s.settimeout(max(0.1, deadline - time.time()))
+    try:
+        data = s.recv(4096)
+    except socket.timeout:
+        still_open += 1
+        continue
+    if b" 503 " in data and b"too many connections" in data:
+        refused += 1
+    elif data == b"":
+        closed += 1
+    else:
+        still_open += 1
+print(json.dumps({"refused": refused, "closed": closed, "open": still_open}), flush=True)
+"#;
+
+#[test]
+fn one_user_cannot_freeze_a_shared_daemon() {
+    let Some(Shared { b, alice, bob }) = shared_daemon(
+        "c",
+        "[limits]\nconnections_per_user = 16\nrequest_timeout = \"1s\"\n",
+    ) else {
+        return;
+    };
+    if !have("python3") {
+        eprintln!("SKIPPED: needs python3 to hold connections as another user");
+        return;
+    }
+    use std::io::{BufRead, BufReader, Read, Write};
+    let socket = b.socket.clone().unwrap();
+    let mut holder = Command::new("runuser")
+        .args(["-u", &bob.name, "--", "python3", "-c", HOLD_CONNECTIONS])
+        .arg(&socket)
+        .arg("200")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+
+    // Alice is served meanwhile, promptly.
+    let started = std::time::Instant::now();
+    as_user(&b, &alice, &["status"]).expect(0);
+    let work = b.work.to_string_lossy().into_owned();
+    let id = as_user(&b, &alice, &["submit", "--cwd", &work, "--", "true"]).expect(0);
+    let id = id.stdout.trim().to_string();
+    as_user(&b, &alice, &["wait", &id, "--timeout", "20s"]).expect(0);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "alice waited {:?} behind bob's connections",
+        started.elapsed()
+    );
+
+    holder.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let report: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(
+        report,
+        serde_json::json!({"refused": 184, "closed": 16, "open": 0}),
+        "what became of bob's 200 connections"
+    );
+    let _ = holder.wait();
+
+    // Slow headers are cut off; a body that does not arrive gets a JSON 408.
+    let mut slow = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    slow.write_all(b"GET /v1/info HTTP/1.0\r\nHost: baton\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = slow.read_to_end(&mut got);
+    assert!(
+        !String::from_utf8_lossy(&got).contains("200 OK"),
+        "half a request was answered: {got:?}"
+    );
+    let mut slow = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    slow.write_all(
+        b"POST /v1/wait HTTP/1.0\r\nHost: baton\r\nContent-Type: application/json\r\n\
+          Content-Length: 100\r\n\r\n{\"ids\":",
+    )
+    .unwrap();
+    let mut got = String::new();
+    let _ = slow.read_to_string(&mut got);
+    assert!(got.starts_with("HTTP/1.0 408"), "{got}");
+    assert!(got.contains("\"error\""), "{got}");
+}

@@ -115,6 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         backend: settings.backend,
         containment,
         retries: settings.retries,
+        connections: settings.limits.connection_limits(),
         limits: settings.limits,
     };
     let exe = std::env::current_exe().context("cannot find the baton binary")?;

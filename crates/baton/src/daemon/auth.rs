@@ -2,13 +2,11 @@
 //! user mode only the daemon's own user (and root) is served; in system mode everyone is, and each
 //! may act only on their own jobs (root on all).
 
-use axum::extract::connect_info::Connected;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use axum::serve::IncomingStream;
 use std::sync::Arc;
-use tokio::net::UnixListener;
+use tokio::net::UnixStream;
 
 use super::{ApiError, Daemon};
 use crate::store::JobRecord;
@@ -59,9 +57,10 @@ impl Peer {
 /// A uid no account has: what an unreadable credential is treated as (it gets refused).
 const NOBODY: u32 = u32::MAX;
 
-impl Connected<IncomingStream<'_, UnixListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
-        match stream.io().peer_cred() {
+impl Peer {
+    /// The caller on the other end of `stream`, as the kernel says (SO_PEERCRED).
+    pub fn of(stream: &UnixStream) -> Peer {
+        match stream.peer_cred() {
             Ok(cred) => Peer {
                 uid: cred.uid(),
                 gid: cred.gid(),

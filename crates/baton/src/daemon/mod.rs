@@ -9,6 +9,7 @@ mod error;
 mod handlers;
 mod monitor;
 mod outbox;
+mod server;
 mod slurm;
 mod views;
 
@@ -26,6 +27,7 @@ use tokio::sync::{Notify, watch};
 pub use auth::Peer;
 pub use error::ApiError;
 pub use outbox::deliver_from_stdin;
+pub use server::ConnectionLimits;
 
 use crate::executor::contain::{self, Method};
 use crate::executor::{
@@ -56,6 +58,8 @@ pub struct Config {
     pub retries: crate::config::RetrySettings,
     /// What users of a shared daemon may ask for (`[limits]`).
     pub limits: crate::config::LimitSettings,
+    /// What one connection may hold and for how long (`[limits]`).
+    pub connections: ConnectionLimits,
 }
 
 pub struct Daemon {
@@ -247,14 +251,13 @@ impl Daemon {
             .is_some()
             .then(|| tokio::spawn(self.clone().slurm_loop()));
         let app = handlers::router(self.clone());
+        let limits = server::fit_to_descriptors(self.config.connections);
         let me = self.clone();
-        let result = axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                tracing::info!("shutting down; running jobs keep running under their supervisors");
-                me.shutting_down.send_replace(true);
-            })
-            .await;
+        let result = server::serve(listener, app, limits, shutdown, move || {
+            tracing::info!("shutting down; running jobs keep running under their supervisors");
+            me.shutting_down.send_replace(true);
+        })
+        .await;
         scheduler.abort();
         outbox.abort();
         leases.abort();

@@ -667,6 +667,7 @@ mod tests {
             },
             retries: Default::default(),
             limits: Default::default(),
+            connections: crate::config::LimitSettings::default().connection_limits(),
         };
         let probe = SimProbe::new(8, 80 << 30, Some(home.join("sim")));
         let daemon = Daemon::new(

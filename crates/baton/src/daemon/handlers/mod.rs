@@ -50,6 +50,10 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .layer(DefaultBodyLimit::max(crate::api::MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             daemon.clone(),
+            super::server::whole_body_within,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            daemon.clone(),
             auth::admit,
         ))
         .with_state(daemon);
