@@ -113,6 +113,16 @@ pub struct DaemonSettings {
     /// daemon may make one, else the supervisor as child subreaper), `cgroup` (or refuse to
     /// start), `subreaper`.
     pub containment: crate::executor::contain::Setting,
+    /// Simulated GPUs instead of NVML (as `baton serve --sim-gpus N`).
+    pub sim_gpus: Option<u32>,
+    /// Also serve Prometheus metrics over TCP here (as `--metrics-addr`).
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// SIGTERM-to-SIGKILL grace when a job is cancelled or ends (as `--grace`; default 30s).
+    #[serde(with = "baton_core::units::serde_opt_duration")]
+    pub grace: Option<Millis>,
+    /// How long ended jobs stay in `baton status` without `--all` (as `--recent`; default 1h).
+    #[serde(with = "baton_core::units::serde_opt_duration")]
+    pub recent: Option<Millis>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -270,6 +280,29 @@ mod tests {
         assert!(err.contains("warn_after"), "{err}");
         let err = parse_str("[wast]\n").unwrap_err().to_string();
         assert!(err.starts_with("config.toml:1:"), "{err}");
+    }
+
+    #[test]
+    fn the_daemon_section_holds_what_serve_takes_as_flags() {
+        let d = parse_str(
+            "[daemon]\nsim_gpus = 4\nmetrics_addr = \"127.0.0.1:9464\"\ngrace = \"5s\"\n\
+             recent = \"2h\"\ncontainment = \"subreaper\"\n",
+        )
+        .unwrap()
+        .daemon;
+        assert_eq!(d.sim_gpus, Some(4));
+        assert_eq!(d.metrics_addr, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!((d.grace, d.recent), (Some(5_000), Some(7_200_000)));
+        assert_eq!(d.containment, crate::executor::contain::Setting::Subreaper);
+        let d = parse_str("").unwrap().daemon;
+        assert_eq!((d.sim_gpus, d.grace, d.recent), (None, None, None));
+        let err = parse_str("[daemon]\nsim_gpu = 4\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("config.toml:2:") && err.contains("sim_gpu"),
+            "{err}"
+        );
     }
 
     #[test]

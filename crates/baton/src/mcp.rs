@@ -119,6 +119,10 @@ struct SubmitJobArgs {
     /// Extra environment variables for the job, on top of this server's environment.
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// An idempotency key: calling submit_job again with the same key (after a call whose
+    /// answer you did not get) returns the job the first call queued, never a second one.
+    #[serde(default)]
+    request_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -269,7 +273,13 @@ impl BatonTools {
             Ok(r) => r,
             Err(e) => return Ok(error(e)),
         };
-        Ok(match self.call(move |c| c.submit(&request)).await {
+        let client = self.client.clone();
+        let submitted = tokio::task::spawn_blocking(move || {
+            client.submit(&request, &|| client.start_daemon(&paths::user_home()))
+        })
+        .await
+        .map_err(|e| ClientError::Transport(e.to_string()));
+        Ok(match submitted.and_then(|r| r) {
             Ok(job) => {
                 let standing = match job.queue_position {
                     Some(0) => "next in line".to_string(),
@@ -667,6 +677,7 @@ impl BatonTools {
             umask: Some(crate::cli::current_umask()),
             notify: args.notify,
             context: self.context.clone(),
+            request_id: args.request_id,
         })
     }
 }

@@ -39,11 +39,53 @@ pub enum ClientError {
     TooLarge { bytes: usize },
     #[error("could not start a daemon: {0}")]
     StartFailed(String),
+    /// The daemon could not be reached before the request was sent whole: it did nothing.
     #[error("talking to the daemon failed: {0}")]
     Transport(String),
+    /// The request was sent, but its answer never came whole (the daemon died or restarted in
+    /// between): it may or may not have been carried out.
+    #[error("the daemon took the request but its answer was cut off ({detail})")]
+    Interrupted { detail: String },
+    /// The daemon did not answer in time (stopped with SIGSTOP, or stuck).
+    #[error(
+        "the baton daemon at {socket} did not answer within {}{}; it may be stopped (SIGSTOP) \
+         or stuck. Set BATON_CLIENT_TIMEOUT (e.g. 2m) to wait longer",
+        baton_core::units::format_duration(after.as_millis() as i64),
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    NoAnswer {
+        socket: PathBuf,
+        after: Duration,
+        pid: Option<u32>,
+        /// Whether the whole request had been sent.
+        sent: bool,
+    },
+    /// A submission whose answer never came, even after retrying with its request id.
+    #[error(
+        "could not confirm that job was queued: {cause}. It may or may not exist: `baton \
+         status` shows it if it does, and submitting again with `--request-id {request_id}` \
+         can never queue it twice"
+    )]
+    Unconfirmed {
+        request_id: String,
+        cause: Box<ClientError>,
+    },
 }
 
 impl ClientError {
+    /// The daemon could not be reached, or not be heard from (exit code 3, DESIGN §3).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            ClientError::NotRunning { .. }
+                | ClientError::StartFailed(_)
+                | ClientError::Transport(_)
+                | ClientError::Interrupted { .. }
+                | ClientError::NoAnswer { .. }
+                | ClientError::Unconfirmed { .. }
+        )
+    }
+
     /// Errors the caller caused (bad input, someone else's job, no such job).
     pub fn is_usage(&self) -> bool {
         match self {
@@ -63,6 +105,57 @@ pub struct Response {
     pub body: BufReader<UnixStream>,
 }
 
+/// How long a call waits for the daemon: every call but those that wait by design gets an
+/// answer (or an error that says the daemon does not answer) within `BATON_CLIENT_TIMEOUT`
+/// (default 30 s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Patience {
+    Call,
+    /// `wait` with a timeout: that, and a margin for the daemon to answer after it.
+    Until(Duration),
+    /// `wait` without one, `logs --follow`: as long as it takes.
+    Forever,
+}
+
+/// The timeout of an ordinary call.
+pub fn call_timeout() -> Duration {
+    std::env::var("BATON_CLIENT_TIMEOUT")
+        .ok()
+        .and_then(|t| baton_core::units::parse_duration(&t).ok())
+        .filter(|&ms| ms > 0)
+        .map_or(Duration::from_secs(30), |ms| {
+            Duration::from_millis(ms as u64)
+        })
+}
+
+impl Patience {
+    fn timeout(self) -> Option<Duration> {
+        match self {
+            Patience::Call => Some(call_timeout()),
+            Patience::Until(d) => Some(d + call_timeout()),
+            Patience::Forever => None,
+        }
+    }
+}
+
+/// A fresh request id (128 random bits, hex) for a submission that was given none.
+pub fn new_request_id() -> String {
+    let mut bytes = [0u8; 16];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_err()
+    {
+        // No /dev/urandom: time and pid, still unique enough for one user's submissions.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        bytes[..12].copy_from_slice(&now.to_le_bytes()[..12]);
+        bytes[12..].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[derive(Clone)]
 pub struct Client {
     socket: PathBuf,
@@ -75,26 +168,92 @@ impl Client {
         }
     }
 
-    /// Sends one request and reads the status line and headers.
-    fn request(
-        &self,
-        method: &str,
-        target: &str,
-        body: Option<&[u8]>,
-    ) -> Result<Response, ClientError> {
-        if let Some(body) = body
-            && body.len() > MAX_BODY_BYTES
-        {
-            return Err(ClientError::TooLarge { bytes: body.len() });
-        }
-        let mut stream = UnixStream::connect(&self.socket).map_err(|e| match e.kind() {
+    /// Connects within `timeout`: a daemon that stopped accepting leaves a full backlog, and a
+    /// plain connect would then block for good.
+    fn connect(&self, timeout: Option<Duration>) -> Result<UnixStream, ClientError> {
+        use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+        let refused = |e: std::io::Error| match e.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
                 ClientError::NotRunning {
                     socket: self.socket.clone(),
                 }
             }
             _ => transport(format!("{}: {e}", self.socket.display())),
-        })?;
+        };
+        let addr = SocketAddrUnix::new(&self.socket).map_err(|e| refused(e.into()))?;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let fd = rustix::net::socket_with(
+                AddressFamily::UNIX,
+                SocketType::STREAM,
+                SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+                None,
+            )
+            .map_err(|e| transport(std::io::Error::from(e)))?;
+            match rustix::net::connect(&fd, &addr) {
+                Ok(()) => {
+                    let stream = UnixStream::from(fd);
+                    stream.set_nonblocking(false).map_err(transport)?;
+                    return Ok(stream);
+                }
+                // The backlog is full: the daemon is not accepting (stopped, or swamped).
+                Err(rustix::io::Errno::AGAIN) if deadline.is_none_or(|d| Instant::now() < d) => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(rustix::io::Errno::AGAIN) => return Err(self.no_answer(timeout, false)),
+                Err(e) => return Err(refused(e.into())),
+            }
+        }
+    }
+
+    fn no_answer(&self, timeout: Option<Duration>, sent: bool) -> ClientError {
+        // A user daemon's pid is in its lock file beside the socket.
+        let pid = self.socket.parent().and_then(|dir| {
+            std::fs::read_to_string(dir.join("daemon.lock"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        });
+        ClientError::NoAnswer {
+            socket: self.socket.clone(),
+            after: timeout.unwrap_or_default(),
+            pid,
+            sent,
+        }
+    }
+
+    /// Sends one request and reads the status line and headers, waiting as long as `patience`
+    /// allows.
+    fn request(
+        &self,
+        method: &str,
+        target: &str,
+        body: Option<&[u8]>,
+        patience: Patience,
+    ) -> Result<Response, ClientError> {
+        if let Some(body) = body
+            && body.len() > MAX_BODY_BYTES
+        {
+            return Err(ClientError::TooLarge { bytes: body.len() });
+        }
+        let timeout = patience.timeout();
+        let started = Instant::now();
+        let mut stream = self.connect(timeout)?;
+        // Each read and write may take what is left of the timeout.
+        let left = |timeout: Option<Duration>| {
+            timeout.map(|t| {
+                t.saturating_sub(started.elapsed())
+                    .max(Duration::from_millis(1))
+            })
+        };
+        stream.set_write_timeout(left(timeout)).map_err(transport)?;
+        let timed_out = |e: &std::io::Error| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            )
+        };
         let mut head = format!("{method} {PREFIX}{target} HTTP/1.0\r\nHost: baton\r\n");
         if let Some(body) = body {
             head.push_str(&format!(
@@ -109,35 +268,64 @@ impl Client {
         // answers and closes while the body is still being written: the answer is then read
         // anyway, and the write error reported only if there is none.
         let written = stream.write_all(&message);
-        if let Err(e) = &written
-            && !matches!(
+        if let Err(e) = &written {
+            if timed_out(e) {
+                return Err(self.no_answer(timeout, false));
+            }
+            if !matches!(
                 e.kind(),
                 std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
-            )
-        {
-            return Err(transport(e));
+            ) {
+                return Err(transport(e));
+            }
         }
-
+        let sent = written.is_ok();
+        // From here on the daemon may have acted on the request: a broken answer says so.
+        let cut_off = |e: std::io::Error| {
+            if timed_out(&e) {
+                self.no_answer(timeout, sent)
+            } else if sent {
+                ClientError::Interrupted {
+                    detail: e.to_string(),
+                }
+            } else {
+                transport(e)
+            }
+        };
+        stream.set_read_timeout(left(timeout)).map_err(transport)?;
         let mut reader = BufReader::new(stream);
         let mut status_line = String::new();
         if let Err(e) = reader.read_line(&mut status_line) {
-            return Err(transport(written.err().unwrap_or(e)));
+            return Err(match written {
+                Err(w) => transport(w),
+                Ok(()) => cut_off(e),
+            });
         }
-        if status_line.is_empty()
-            && let Err(e) = written
-        {
-            return Err(transport(e));
+        if status_line.is_empty() {
+            return Err(match written {
+                Err(w) => transport(w),
+                Ok(()) => ClientError::Interrupted {
+                    detail: "the connection closed before any answer".into(),
+                },
+            });
         }
         let status: u16 = status_line
             .split_whitespace()
             .nth(1)
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| transport(format!("bad status line {status_line:?}")))?;
+            .ok_or_else(|| ClientError::Interrupted {
+                detail: format!("bad status line {status_line:?}"),
+            })?;
         loop {
             let mut line = String::new();
-            if reader.read_line(&mut line).map_err(transport)? == 0 || line == "\r\n" {
+            if reader.read_line(&mut line).map_err(cut_off)? == 0 || line == "\r\n" {
                 break;
             }
+        }
+        // The body of a long call (logs --follow) streams for as long as it takes; an ordinary
+        // one keeps the timeout.
+        if patience == Patience::Forever {
+            reader.get_ref().set_read_timeout(None).map_err(transport)?;
         }
         if (200..300).contains(&status) {
             return Ok(Response { body: reader });
@@ -160,13 +348,16 @@ impl Client {
         method: &str,
         target: &str,
         body: Option<&[u8]>,
+        patience: Patience,
     ) -> Result<T, ClientError> {
-        let resp = self.request(method, target, body)?;
-        serde_json::from_reader(resp.body).map_err(transport)
+        let resp = self.request(method, target, body, patience)?;
+        serde_json::from_reader(resp.body).map_err(|e| ClientError::Interrupted {
+            detail: format!("unreadable answer: {e}"),
+        })
     }
 
     fn get<T: DeserializeOwned>(&self, target: &str) -> Result<T, ClientError> {
-        self.call("GET", target, None)
+        self.call("GET", target, None, Patience::Call)
     }
 
     fn post<B: Serialize, T: DeserializeOwned>(
@@ -175,15 +366,68 @@ impl Client {
         body: &B,
     ) -> Result<T, ClientError> {
         let body = serde_json::to_vec(body).expect("API types always serialise");
-        self.call("POST", target, Some(&body))
+        self.call("POST", target, Some(&body), Patience::Call)
     }
 
     pub fn info(&self) -> Result<InfoResponse, ClientError> {
         self.get("/info")
     }
 
-    pub fn submit(&self, req: &SubmitRequest) -> Result<JobView, ClientError> {
-        self.post("/jobs", req)
+    /// Asks the daemon to stop (running jobs keep running).
+    pub fn shutdown(&self) -> Result<ShutdownResponse, ClientError> {
+        self.post("/shutdown", &serde_json::json!({}))
+    }
+
+    /// Queues a job once, whatever happens on the way: the request carries an id (a fresh one
+    /// if it has none), and an answer that is lost (the daemon died or restarted after reading
+    /// it) is asked for again with the same id, for which the daemon returns the job it
+    /// queued the first time instead of a second one. `start` is called when no daemon runs
+    /// (to start one), at most once.
+    pub fn submit(
+        &self,
+        req: &SubmitRequest,
+        start: &dyn Fn() -> Result<(), ClientError>,
+    ) -> Result<JobView, ClientError> {
+        let mut req = req.clone();
+        let request_id = req.request_id.get_or_insert_with(new_request_id).clone();
+        let body = serde_json::to_vec(&req).expect("API types always serialise");
+        let mut started = false;
+        let mut pause = Duration::from_millis(100);
+        let give_up = Instant::now() + Duration::from_secs(10);
+        // Set once an answer was lost: from then on the job may exist.
+        let mut lost = false;
+        loop {
+            let err = match self.call("POST", "/jobs", Some(&body), Patience::Call) {
+                Ok(job) => return Ok(job),
+                Err(e) => e,
+            };
+            let cut_off = matches!(err, ClientError::Interrupted { .. });
+            let gone = matches!(
+                err,
+                ClientError::NotRunning { .. } | ClientError::Transport(_)
+            );
+            if matches!(err, ClientError::NotRunning { .. }) && !started {
+                started = true;
+                start()?;
+                continue;
+            }
+            // Cut off mid-answer, or the daemon restarting since: ask again, same id.
+            if (cut_off || (gone && lost)) && Instant::now() < give_up {
+                lost = true;
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(2));
+                continue;
+            }
+            let sent = matches!(err, ClientError::NoAnswer { sent: true, .. });
+            return Err(if lost || cut_off || sent {
+                ClientError::Unconfirmed {
+                    request_id,
+                    cause: Box::new(err),
+                }
+            } else {
+                err
+            });
+        }
     }
 
     pub fn list(&self, ids: &[u64], all: bool) -> Result<Vec<JobView>, ClientError> {
@@ -225,8 +469,14 @@ impl Client {
         self.get(&format!("/jobs/{id}/report"))
     }
 
+    /// Blocks until the jobs end (or `req.timeout_ms` passes): no call timeout of its own.
     pub fn wait(&self, req: &WaitRequest) -> Result<WaitResponse, ClientError> {
-        self.post("/wait", req)
+        let body = serde_json::to_vec(req).expect("API types always serialise");
+        let patience = match req.timeout_ms {
+            Some(ms) => Patience::Until(Duration::from_millis(ms.max(0) as u64)),
+            None => Patience::Forever,
+        };
+        self.call("POST", "/wait", Some(&body), patience)
     }
 
     pub fn cancel(&self, req: &CancelRequest) -> Result<CancelResponse, ClientError> {
@@ -259,7 +509,12 @@ impl Client {
         if let Some(n) = query.tail {
             target.push_str(&format!("&tail={n}"));
         }
-        Ok(self.request("GET", &target, None)?.body)
+        let patience = if query.follow {
+            Patience::Forever
+        } else {
+            Patience::Call
+        };
+        Ok(self.request("GET", &target, None, patience)?.body)
     }
 
     /// Starts a user daemon in the background for `home` and waits (at most 10 s) until it

@@ -51,6 +51,10 @@ pub struct SubmitRequest {
     /// The agent session the submitter runs in, read from the submitter's environment.
     #[serde(default)]
     pub context: AgentContext,
+    /// An idempotency key (also the `Idempotency-Key` header): a repeat with the same key from
+    /// the same user returns the job the first one queued instead of queuing another.
+    #[serde(default)]
+    pub request_id: Option<String>,
 }
 
 /// What the submitting environment says about the agent session it runs in: where a report can
@@ -336,6 +340,12 @@ pub struct InfoResponse {
     /// The daemon's own trouble, if any (`null` when healthy).
     #[serde(default)]
     pub health: Option<HealthView>,
+}
+
+/// `POST /v1/shutdown`: the daemon that is stopping.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ShutdownResponse {
+    pub pid: u32,
 }
 
 /// Something wrong with the daemon itself: writes to its state directory that fail.

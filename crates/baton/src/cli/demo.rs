@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use super::output;
-use crate::api::client::Client;
+use crate::api::client::{Client, ClientError};
 use crate::api::{AgentContext, SubmitRequest, WaitRequest};
 
 #[derive(Debug, clap::Args)]
@@ -213,7 +213,9 @@ fn tour(home: &Path, gpu_count: u32, stray: &mut std::process::Child) -> anyhow:
             },
             ..SubmitRequest::default()
         };
-        let view = client.submit(&req)?;
+        let view = client.submit(&req, &|| {
+            Err(ClientError::Transport("the demo's daemon is gone".into()))
+        })?;
         ids.push(view.id);
     }
     // Show the queue whenever something changes, until everything has ended.

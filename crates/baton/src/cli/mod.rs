@@ -13,6 +13,7 @@ mod logs;
 pub mod output;
 mod report;
 mod serve;
+mod shutdown;
 mod sim;
 mod slurm_mail;
 mod stats;
@@ -60,6 +61,8 @@ pub enum Command {
     Gpus,
     /// Which daemon answers (its pid, state directory, socket), its GPUs and how it contains jobs.
     Info,
+    /// Stop the daemon (as SIGTERM would); running jobs keep running.
+    Shutdown,
     /// What the GPU waste rules decided and did (`--since 1h`).
     Audit(audit::Args),
     /// GPU utilisation, GPU-hours by owner, idle share and waste actions (`--since 7d`).
@@ -139,6 +142,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Events(args) => events::run(args, json),
         Command::Gpus => gpus::run(json),
         Command::Info => info::run(json),
+        Command::Shutdown => shutdown::run(json),
         Command::Audit(args) => audit::run(args, json),
         Command::SlurmMail(args) => slurm_mail::run(args),
         Command::Stats(args) => stats::run(args, json),
@@ -163,7 +167,7 @@ pub fn exit_code_for(err: &anyhow::Error) -> u8 {
         return EXIT_USAGE;
     }
     match err.downcast_ref::<ClientError>() {
-        Some(ClientError::NotRunning { .. } | ClientError::StartFailed(_)) => EXIT_NO_DAEMON,
+        Some(e) if e.is_unreachable() => EXIT_NO_DAEMON,
         Some(e) if e.is_usage() => EXIT_USAGE,
         _ => 1,
     }

@@ -17,7 +17,8 @@ use crate::store::Store;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Simulate N GPUs of 80 GiB instead of asking NVML.
+    /// Simulate N GPUs of 80 GiB instead of asking NVML (default: `[daemon] sim_gpus` in
+    /// config.toml, else NVML).
     #[arg(long, env = "BATON_SIM_GPUS", value_name = "N")]
     sim_gpus: Option<u32>,
     /// Serve every local user (run as root): socket under /run/baton, open to all; jobs run as
@@ -28,14 +29,16 @@ pub struct Args {
     /// --system).
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// Time between SIGTERM and SIGKILL when a job is cancelled or hits its time limit.
-    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DUR")]
-    grace: i64,
-    /// How long ended jobs stay in `baton status` without --all.
-    #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DUR")]
-    recent: i64,
+    /// Time between SIGTERM and SIGKILL when a job is cancelled, hits its time limit or leaves
+    /// processes behind (default: `[daemon] grace`, else 30s).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    grace: Option<i64>,
+    /// How long ended jobs stay in `baton status` without --all (default: `[daemon] recent`,
+    /// else 1h).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    recent: Option<i64>,
     /// Also serve Prometheus metrics (`GET /metrics`) over TCP on this address, e.g.
-    /// 127.0.0.1:9464. The socket always serves them.
+    /// 127.0.0.1:9464 (default: `[daemon] metrics_addr`). The socket always serves them.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<std::net::SocketAddr>,
 }
@@ -83,17 +86,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .open(&lock_path)
         .with_context(|| format!("cannot open {}", lock_path.display()))?;
     if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        let pid = fs::read_to_string(&lock_path)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            .map(|p| format!(" (pid {p})"))
+            .unwrap_or_default();
         return Err(UsageError(format!(
-            "another baton daemon is already serving {} (stop it first, or set BATON_HOME)",
+            "another baton daemon is already serving {}{pid}; stop it with `baton shutdown`, \
+             or set BATON_HOME to use another state directory",
             home.display()
         ))
         .into());
+    }
+    // Who holds the lock, for that message and for `baton shutdown`'s clients.
+    {
+        use std::io::Write;
+        let _ = lock.set_len(0);
+        let _ = (&lock).write_all(format!("{}\n", std::process::id()).as_bytes());
     }
 
     let settings =
         crate::config::load(&home.join("config.toml")).map_err(|e| UsageError(e.to_string()))?;
     let store = Store::open(&home.join("baton.db"))?;
-    let probe = crate::gpu::detect(args.sim_gpus, home.join("sim"));
+    // Flags first, then config.toml's `[daemon]`, so that a daemon started by `baton submit`,
+    // after a crash or by hand starts the same way.
+    let sim_gpus = args.sim_gpus.or(settings.daemon.sim_gpus);
+    let metrics_addr = args.metrics_addr.or(settings.daemon.metrics_addr);
+    let probe = crate::gpu::detect(sim_gpus, home.join("sim"));
     let uid = rustix::process::geteuid().as_raw();
     let containment = crate::executor::contain::Method::detect(
         settings.daemon.containment,
@@ -109,8 +128,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = Config {
         home: home.clone(),
         system: args.system,
-        grace_ms: args.grace,
-        recent_ms: args.recent,
+        grace_ms: args.grace.or(settings.daemon.grace).unwrap_or(30_000),
+        recent_ms: args.recent.or(settings.daemon.recent).unwrap_or(3_600_000),
         waste: settings.waste,
         backend: settings.backend,
         containment,
@@ -128,7 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let listener = bind(&socket, args.system)?;
         let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
-        if let Some(addr) = args.metrics_addr {
+        if let Some(addr) = metrics_addr {
             let tcp = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen for metrics on {addr}"))?;

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use baton_core::units::{parse_duration, parse_size};
 
 use super::{UsageError, print_json};
-use crate::api::client::{Client, ClientError};
+use crate::api::client::Client;
 use crate::api::{AgentContext, JobView, SubmitRequest};
 use crate::paths;
 
@@ -51,6 +51,11 @@ pub struct Args {
     /// codex[:THREAD], tmux[:PANE], webhook:URL, cmd:COMMAND, file:PATH.
     #[arg(long, value_name = "SPEC")]
     notify: Vec<String>,
+    /// An idempotency key: submitting again with the same key (say, after a lost answer)
+    /// returns the job the first submission queued instead of a second copy. Without it, one is
+    /// made up, so that baton's own retries never queue a job twice.
+    #[arg(long, value_name = "KEY")]
+    request_id: Option<String>,
     /// The command and its arguments.
     // No `allow_hyphen_values`: it made a mistyped option before the command (`--gpu 2 -- cmd`)
     // the command itself. Options after the program's name are still the command's own
@@ -93,15 +98,10 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         umask: Some(super::current_umask()),
         notify: args.notify,
         context: AgentContext::from_env(),
+        request_id: args.request_id,
     };
     let client = Client::new(paths::client_socket());
-    let job = match client.submit(&req) {
-        Err(ClientError::NotRunning { .. }) => {
-            client.start_daemon(&paths::user_home())?;
-            client.submit(&req)?
-        }
-        other => other?,
-    };
+    let job = client.submit(&req, &|| client.start_daemon(&paths::user_home()))?;
     if json {
         print_json(&job);
     } else {

@@ -71,6 +71,8 @@ pub struct Daemon {
     changed: watch::Sender<u64>,
     /// Flips to true when the daemon is shutting down, to end long-polls.
     shutting_down: watch::Sender<bool>,
+    /// `baton shutdown` asked the daemon to stop.
+    stop_requested: Notify,
     /// Jobs that just ended, for the report builder.
     ended: UnboundedSender<JobId>,
     ended_rx: Mutex<Option<UnboundedReceiver<JobId>>>,
@@ -200,6 +202,7 @@ impl Daemon {
             wake: Notify::new(),
             changed: watch::Sender::new(0),
             shutting_down: watch::Sender::new(false),
+            stop_requested: Notify::new(),
             ended,
             ended_rx: Mutex::new(Some(ended_rx)),
             outbox_wake: Notify::new(),
@@ -253,7 +256,14 @@ impl Daemon {
         let app = handlers::router(self.clone());
         let limits = server::fit_to_descriptors(self.config.connections);
         let me = self.clone();
-        let result = server::serve(listener, app, limits, shutdown, move || {
+        let asked = self.clone();
+        let stop = async move {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = asked.stop_requested.notified() => {}
+            }
+        };
+        let result = server::serve(listener, app, limits, stop, move || {
             tracing::info!("shutting down; running jobs keep running under their supervisors");
             me.shutting_down.send_replace(true);
         })

@@ -294,9 +294,24 @@ impl Store {
         Ok(Store { conn })
     }
 
+    #[cfg(test)]
     pub fn insert(&mut self, job: &NewJob) -> Result<JobRecord, StoreError> {
+        self.insert_requested(job, None)
+    }
+
+    /// Queues a job under its submission's idempotency key, if it has one (unique per owner;
+    /// see `job_for_request`).
+    pub fn insert_requested(
+        &mut self,
+        job: &NewJob,
+        request_id: Option<&str>,
+    ) -> Result<JobRecord, StoreError> {
         let tx = self.conn.transaction()?;
         let id = insert_job(&tx, job)?.0;
+        if let Some(key) = request_id {
+            tx.prepare_cached("UPDATE jobs SET request_id = ?1 WHERE id = ?2")?
+                .execute(params![key, id as i64])?;
+        }
         tx.commit()?;
         let name = default_name(job);
         Ok(JobRecord {
@@ -579,6 +594,20 @@ impl Store {
         log_event(&tx, id.0, at, "cancel-requested", by)?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// The job `owner_uid` queued with the idempotency key `request_id`, if any.
+    pub fn job_for_request(
+        &self,
+        owner_uid: u32,
+        request_id: &str,
+    ) -> Result<Option<JobId>, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT id FROM jobs WHERE owner_uid = ?1 AND request_id = ?2")?
+            .query_row(params![owner_uid, request_id], |r| r.get::<_, i64>(0))
+            .optional()?
+            .map(|id| JobId(id as u64)))
     }
 
     /// Adds one entry to a job's history (`baton events ID`).
@@ -1211,6 +1240,26 @@ mod tests {
             (JobState::Failed, 2, Some(3))
         );
         assert_eq!(ended.not_before, None, "a start clears the backoff");
+
+        // An idempotency key names one job per owner.
+        let keyed = store
+            .insert_requested(&new_job(&["true"]), Some("k-1"))
+            .unwrap();
+        assert_eq!(
+            store.job_for_request(keyed.owner_uid, "k-1").unwrap(),
+            Some(keyed.id)
+        );
+        assert_eq!(
+            store.job_for_request(keyed.owner_uid + 1, "k-1").unwrap(),
+            None
+        );
+        assert_eq!(store.job_for_request(keyed.owner_uid, "k-2").unwrap(), None);
+        assert!(
+            store
+                .insert_requested(&new_job(&["true"]), Some("k-1"))
+                .is_err(),
+            "the key is unique per owner"
+        );
         let kinds: Vec<String> = store
             .events(job.id)
             .unwrap()

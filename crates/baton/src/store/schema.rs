@@ -136,6 +136,10 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX gpu_minutes_minute ON gpu_minutes (minute);",
     // 8: a retried job waits out its backoff: it starts no earlier than `not_before`.
     "ALTER TABLE jobs ADD COLUMN not_before INTEGER;",
+    // 9: a submission's idempotency key: a repeat with the same key (per user) returns the job
+    // the first one queued.
+    "ALTER TABLE jobs ADD COLUMN request_id TEXT;
+    CREATE UNIQUE INDEX jobs_request ON jobs (owner_uid, request_id) WHERE request_id IS NOT NULL;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

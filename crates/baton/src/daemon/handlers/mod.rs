@@ -10,6 +10,7 @@ mod list;
 mod logs;
 mod metrics;
 mod report;
+mod shutdown;
 mod slurm;
 mod stats;
 mod submit;
@@ -39,6 +40,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/audit", get(audit::handle))
         .route("/stats", get(stats::handle))
         .route("/slurm/poke", post(slurm::poke))
+        .route("/shutdown", post(shutdown::handle))
         .route("/workflows", post(workflow::submit))
         .route("/workflows/{id}", get(workflow::status))
         .route("/workflows/{id}/cancel", post(workflow::cancel));

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{ConnectInfo, State};
+use axum::http::HeaderMap;
 use baton_core::input::{self, InputError};
 use baton_core::{DepKind, Dependency, GpuRequest, JobId, admission};
 
@@ -19,11 +20,32 @@ use crate::users;
 pub async fn handle(
     State(daemon): State<Arc<Daemon>>,
     ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
     Json(req): Json<SubmitRequest>,
 ) -> Result<Json<JobView>, ApiError> {
+    let request_id = request_id(&headers, req.request_id.as_deref())?;
     let job = validate(&daemon, &peer, req)?;
     let view = {
         let mut inner = daemon.lock();
+        // A repeat of a submission already queued (its answer was lost): the same job again.
+        if let Some(key) = &request_id
+            && let Some(id) = inner.store.job_for_request(peer.uid, key)?
+        {
+            let record = match inner.active.get(&id) {
+                Some(live) => live.clone(),
+                None => inner
+                    .store
+                    .get(id)?
+                    .ok_or_else(|| ApiError::Internal(format!("job {id} vanished")))?,
+            };
+            let mut view = job_view(&record);
+            if record.state == baton_core::JobState::Queued && !daemon.slurm_backend() {
+                let (position, start) = queue_outlook(&daemon, &inner, &record);
+                view.queue_position = Some(position);
+                view.predicted_start = start.map(rfc3339);
+            }
+            return Ok(Json(view));
+        }
         for dep in &job.deps {
             if !inner.active.contains_key(&dep.job) && inner.store.get(dep.job)?.is_none() {
                 let newest = inner.store.max_id()?;
@@ -33,7 +55,7 @@ pub async fn handle(
                 )));
             }
         }
-        let record = inner.store.insert(&job)?;
+        let record = inner.store.insert_requested(&job, request_id.as_deref())?;
         daemon.metrics.job_submitted();
         inner.active.insert(record.id, record.clone());
         let mut view = job_view(&record);
@@ -48,6 +70,51 @@ pub async fn handle(
     };
     daemon.wake();
     Ok(Json(view))
+}
+
+impl Daemon {
+    /// What to do about a machine where no GPU driver was found: simulated GPUs, set where a
+    /// daemon started by `baton submit` also finds them.
+    pub(super) fn no_gpus_hint(&self) -> Option<String> {
+        (self.gpus.is_empty() && self.probe.backend() == "none").then(|| {
+            format!(
+                "no GPU driver was found, so this daemon (pid {}) has no GPUs. To simulate 4: put \
+                 `sim_gpus = 4` under `[daemon]` in {}, then run `baton shutdown` (the next \
+                 `baton submit` starts the daemon again, with them); or `baton shutdown` and \
+                 `baton serve --sim-gpus 4`",
+                std::process::id(),
+                self.config.home.join("config.toml").display()
+            )
+        })
+    }
+}
+
+/// The submission's idempotency key, from its body or its `Idempotency-Key` header (they must
+/// agree when both are given).
+fn request_id(headers: &HeaderMap, in_body: Option<&str>) -> Result<Option<String>, ApiError> {
+    let in_header = match headers.get("idempotency-key") {
+        Some(v) => Some(v.to_str().map_err(|_| {
+            ApiError::BadRequest("the Idempotency-Key header must be plain text".into())
+        })?),
+        None => None,
+    };
+    let key = match (in_body, in_header) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ApiError::BadRequest(format!(
+                "request_id {a:?} and the Idempotency-Key header {b:?} differ; give one"
+            )));
+        }
+        (key, None) | (None, key) => key,
+        (Some(a), Some(_)) => Some(a),
+    };
+    match key {
+        Some(k) if k.is_empty() || k.len() > 200 || !k.chars().all(|c| c.is_ascii_graphic()) => {
+            Err(ApiError::BadRequest(format!(
+                "--request-id {k:?}: use 1-200 printable ASCII characters without spaces"
+            )))
+        }
+        key => Ok(key.map(str::to_string)),
+    }
 }
 
 /// Where a job just queued stands: how many queued jobs go before it (higher priority, or the
@@ -147,13 +214,9 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
     } else {
         Ok(())
     })
-    .map_err(|e| {
-        let hint = if gpus.is_empty() && daemon.probe.backend() == "none" {
-            " (no GPU driver was found; `baton serve --sim-gpus N` simulates N GPUs)"
-        } else {
-            ""
-        };
-        ApiError::BadRequest(format!("{e}{hint}"))
+    .map_err(|e| match daemon.no_gpus_hint() {
+        Some(hint) => ApiError::BadRequest(e.to_string()).with_hint(hint),
+        None => ApiError::BadRequest(e.to_string()),
     })?;
     daemon.check_priority(peer, req.priority, "--priority")?;
     let max_retries = daemon.config.retries.max;

@@ -32,7 +32,10 @@ pub async fn submit(
     let source = req.source.clone();
     let bad = |m: String| ApiError::BadRequest(format!("{source}: {m}"));
     let spec = workflow::parse(&req.text).map_err(|e| bad(e.to_string()))?;
-    check_resources(&daemon, &spec).map_err(bad)?;
+    check_resources(&daemon, &spec).map_err(|e| match daemon.no_gpus_hint() {
+        Some(hint) => bad(e).with_hint(hint),
+        None => bad(e),
+    })?;
     if let Some(p) = spec.priority {
         daemon.check_priority(&peer, p, "priority")?;
     }
