@@ -1240,8 +1240,27 @@ mod tests {
             (JobState::Failed, 2, Some(3))
         );
         assert_eq!(ended.not_before, None, "a start clears the backoff");
+        let kinds: Vec<String> = store
+            .events(job.id)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            ["submitted", "started", "retry", "started", "failed"]
+        );
+        assert_eq!(store.ended_since(5_000).unwrap().len(), 1);
+        assert!(store.active().unwrap().is_empty());
+        let states = store.states(&[job.id, JobId(99)]).unwrap();
+        assert_eq!(states.len(), 1);
+        assert_eq!(states[&job.id], (JobState::Failed, ended.gpus.clone()));
+    }
 
-        // An idempotency key names one job per owner.
+    #[test]
+    fn an_idempotency_key_names_one_job_per_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
         let keyed = store
             .insert_requested(&new_job(&["true"]), Some("k-1"))
             .unwrap();
@@ -1260,21 +1279,6 @@ mod tests {
                 .is_err(),
             "the key is unique per owner"
         );
-        let kinds: Vec<String> = store
-            .events(job.id)
-            .unwrap()
-            .into_iter()
-            .map(|e| e.kind)
-            .collect();
-        assert_eq!(
-            kinds,
-            ["submitted", "started", "retry", "started", "failed"]
-        );
-        assert_eq!(store.ended_since(5_000).unwrap().len(), 1);
-        assert!(store.active().unwrap().is_empty());
-        let states = store.states(&[job.id, JobId(99)]).unwrap();
-        assert_eq!(states.len(), 1);
-        assert_eq!(states[&job.id], (JobState::Failed, ended.gpus.clone()));
     }
 
     #[test]
