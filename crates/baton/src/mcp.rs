@@ -18,9 +18,11 @@ use std::sync::Arc;
 use baton_core::units::{format_size, parse_duration, parse_size};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, JsonObject, ServerCapabilities, ServerConfig,
+    CallToolResult, ContentBlock, Implementation, JsonObject, ProgressNotificationParam,
+    ServerCapabilities, ServerConfig,
 };
-use rmcp::{ErrorData, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -30,17 +32,40 @@ use crate::api::{AgentContext, CancelRequest, JobView, LogsQuery, SubmitRequest,
 use crate::cli::output;
 use crate::paths;
 
-/// The longest `wait_for_jobs` may block: MCP clients time tool calls out (Codex after 60 s by
-/// default; `baton agent setup codex` raises it for baton), and long jobs wake the agent anyway.
-const MAX_WAIT_SECONDS: u64 = 600;
+/// The longest `wait_for_jobs` blocks: it must return before the client gives up on the call.
+/// Checked on the versions baton is tested with (docs/agents.md): Codex 0.171.0 abandons a tool
+/// call after 300 s (`tool_timeout_sec`; progress does not extend it), Claude Code 2.1.332
+/// after about 28 h, or 30 min without progress (which this tool sends). A job that runs longer
+/// wakes the agent by its report, or is waited for again.
+const MAX_WAIT_SECONDS: u64 = 240;
 /// The most lines `job_logs` returns.
 const MAX_LOG_LINES: usize = 500;
 
-const INSTRUCTIONS: &str = "baton queues GPU jobs and wakes you when they end. Submit a job \
-with submit_job, then stop working on it: when it ends, baton delivers its report (how it ended, \
-the error, the last metrics, the last lines of output) into this session by itself. Do not poll \
-job_status, job_logs or gpu_status in a loop, and do not sleep to wait. wait_for_jobs is for jobs \
-expected to finish within a few minutes.";
+/// What the server tells the agent first, true for the session it runs in: whether a job's
+/// report can wake it (a Claude Code inbox, a Codex thread, a tmux pane), and if not, what to do.
+fn instructions(context: &AgentContext) -> String {
+    let wakes = context.claude_socket.is_some() && context.claude_token.is_some()
+        || context.codex_thread.is_some()
+        || context.tmux_pane.is_some();
+    let common = "Do not poll job_status, job_logs or gpu_status in a loop, and do not sleep to \
+                  wait. wait_for_jobs is for jobs expected to finish within a few minutes.";
+    if wakes {
+        format!(
+            "baton queues GPU jobs and wakes you when they end. Submit a job with submit_job, \
+             then stop working on it: when it ends, baton delivers its report (how it ended, the \
+             error, the last metrics, the last lines of output) into this session by itself. \
+             {common}"
+        )
+    } else {
+        format!(
+            "baton queues GPU jobs and reports on each when it ends. This session has no \
+             channel baton can wake (it is not a Claude Code session with an inbox, a Codex \
+             thread or a tmux pane), so a report will not come to you by itself: after \
+             submit_job, run `baton wait ID` in the background with your shell tool (it returns \
+             when the job ends, with its report), or call wait_for_jobs. {common}"
+        )
+    }
+}
 
 /// `baton mcp`: serves until the client closes stdin.
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -186,7 +211,7 @@ struct JobLogsArgs {
 struct WaitForJobsArgs {
     /// The jobs to wait for.
     ids: Vec<u64>,
-    /// Give up after this many seconds (at most 600) and say which jobs still run.
+    /// Give up after this many seconds (at most 240) and say which jobs still run.
     timeout_seconds: u64,
 }
 
@@ -221,6 +246,14 @@ fn done(text: impl Into<String>, value: Value) -> CallToolResult {
 
 fn json_of<T: serde::Serialize>(value: &T) -> Value {
     serde_json::to_value(value).expect("API types always serialise")
+}
+
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
 }
 
 /// The CLI's words for a client error (`cli::describe`), as a tool error.
@@ -258,10 +291,11 @@ impl BatonTools {
 
     #[tool(
         description = "Queue a command to run on this machine's GPUs. Returns at once with the \
-        job id and where it stands in the queue. Then STOP: do not poll, sleep or check on the \
-        job. When it ends, well or badly, baton delivers its report (exit, cause, last metrics, \
-        last output lines) into this session by itself and you are woken. Use wait_for_jobs only \
-        for jobs that finish within a few minutes.",
+        job id, where it stands in the queue, and whether its report will wake you \
+        (`wakes_caller`). If it will, STOP: do not poll, sleep or check on the job; when it ends, \
+        well or badly, baton delivers its report (exit, cause, last metrics, last output lines) \
+        into this session by itself. If it will not, the result says what to do instead. Use \
+        wait_for_jobs only for jobs that finish within a few minutes.",
         input_schema = input_schema::<SubmitJobArgs>()
     )]
     async fn submit_job(&self, args: JsonObject) -> Result<CallToolResult, ErrorData> {
@@ -287,11 +321,10 @@ impl BatonTools {
                     None => String::new(),
                 };
                 let text = format!(
-                    "queued job {} ({}); {standing}. Its report will be delivered to {} when it \
-                     ends: you will be woken, no need to poll.",
+                    "queued job {} ({}); {standing}. {}",
                     job.id,
                     job.name,
-                    job.notify.join(", ")
+                    capitalised(&output::delivery_note(&job))
                 );
                 done(text, json_of(&job))
             }
@@ -348,13 +381,13 @@ impl BatonTools {
             match self.call(move |c| c.submit_workflow(&request)).await {
                 Ok(wf) => {
                     let text = format!(
-                        "queued workflow {} ({}, {} tasks{}); critical path {}. Each task's report \
-                     will wake you when it ends: no need to poll.",
+                        "queued workflow {} ({}, {} tasks{}); critical path {}. {}",
                         wf.id,
                         wf.name,
                         wf.tasks.len(),
                         if wf.atomic { ", atomic" } else { "" },
-                        wf.critical_path.join(" -> ")
+                        wf.critical_path.join(" -> "),
+                        capitalised(&output::workflow_delivery_note(&wf))
                     );
                     done(text, json_of(&wf))
                 }
@@ -543,12 +576,18 @@ impl BatonTools {
     }
 
     #[tool(
-        description = "Block until the given jobs end or timeout_seconds passes (at most 600), \
-        then return the reports of those that ended and say which still run. Only for short \
-        jobs; for anything longer, end your turn: the report wakes you by itself.",
+        description = "Block until the given jobs end or timeout_seconds passes (at most 240: \
+        it returns before MCP clients give up on a call), sending progress notifications \
+        meanwhile, then return the reports of those that ended and say which still run. Only for \
+        short jobs; for anything longer, end your turn if the job's report wakes you \
+        (`wakes_caller` of submit_job), or run `baton wait ID` in the background.",
         input_schema = input_schema::<WaitForJobsArgs>()
     )]
-    async fn wait_for_jobs(&self, args: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn wait_for_jobs(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let args: WaitForJobsArgs = match parse("wait_for_jobs", args) {
             Ok(a) => a,
             Err(e) => return Ok(error(e)),
@@ -556,31 +595,31 @@ impl BatonTools {
         if args.ids.is_empty() {
             return Ok(error("name at least one job id in `ids`"));
         }
-        let timeout_ms = (args.timeout_seconds.min(MAX_WAIT_SECONDS) * 1000) as i64;
+        let seconds = args.timeout_seconds.min(MAX_WAIT_SECONDS);
+        let timeout_ms = (seconds * 1000) as i64;
         let ids = args.ids.clone();
-        let waited = self
-            .call(move |c| {
-                let resp = c.wait(&WaitRequest {
-                    ids: ids.clone(),
-                    timeout_ms: Some(timeout_ms),
-                    reports: true,
-                })?;
-                // On a timeout the daemon sends no reports: fetch those of the jobs that ended.
-                let mut reports = Vec::new();
-                for (i, job) in resp.jobs.iter().enumerate() {
-                    let report = match resp.reports.get(i).cloned().flatten() {
-                        Some(r) => Some(r),
-                        None if ended(job) => c.report(job.id).ok().map(|r| r.markdown),
-                        None => None,
-                    };
-                    reports.push(report);
-                }
-                Ok((resp.jobs, reports))
-            })
-            .await;
+        let waited = self.call(move |c| {
+            let resp = c.wait(&WaitRequest {
+                ids: ids.clone(),
+                timeout_ms: Some(timeout_ms),
+                reports: true,
+            })?;
+            // On a timeout the daemon sends no reports: fetch those of the jobs that ended.
+            let mut reports = Vec::new();
+            for (i, job) in resp.jobs.iter().enumerate() {
+                let report = match resp.reports.get(i).cloned().flatten() {
+                    Some(r) => Some(r),
+                    None if ended(job) => c.report(job.id).ok().map(|r| r.markdown),
+                    None => None,
+                };
+                reports.push(report);
+            }
+            Ok((resp.jobs, reports))
+        });
+        let waited = with_progress(waited, &ctx, seconds, &args.ids).await;
         Ok(match waited {
             Ok((jobs, reports)) => {
-                let running: Vec<u64> = jobs.iter().filter(|j| !ended(j)).map(|j| j.id).collect();
+                let running: Vec<&JobView> = jobs.iter().filter(|j| !ended(j)).collect();
                 let mut text = String::new();
                 let mut ended_reports = Vec::new();
                 for (job, report) in jobs.iter().zip(&reports) {
@@ -592,15 +631,12 @@ impl BatonTools {
                     }
                 }
                 if !running.is_empty() {
-                    text.push_str(&format!(
-                        "still running after {}s: {running:?}. Their reports will wake you when \
-                         they end; no need to wait again.",
-                        args.timeout_seconds.min(MAX_WAIT_SECONDS)
-                    ));
+                    text.push_str(&still_running(&running, seconds, args.timeout_seconds));
                 }
+                let running: Vec<u64> = running.iter().map(|j| j.id).collect();
                 done(
                     text,
-                    json!({ "done": running.is_empty(), "jobs": jobs, "reports": ended_reports, "still_running": running }),
+                    json!({ "done": running.is_empty(), "jobs": jobs, "reports": ended_reports, "still_running": running, "waited_seconds": seconds }),
                 )
             }
             Err(e) => client_error(e),
@@ -634,6 +670,76 @@ impl BatonTools {
             }
             Err(e) => client_error(e),
         })
+    }
+}
+
+/// What a wait that timed out says about the jobs still running: true for each job's channels
+/// (only some may wake the caller).
+fn still_running(running: &[&JobView], waited: u64, asked: u64) -> String {
+    let ids = |jobs: Vec<&&JobView>| {
+        jobs.iter()
+            .map(|j| j.id.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (wake, silent): (Vec<&&JobView>, Vec<&&JobView>) =
+        running.iter().partition(|j| j.wakes_caller);
+    let mut text = format!("still running after {waited}s");
+    if asked > waited {
+        text.push_str(&format!(
+            " (the most this tool waits, so that it returns before MCP clients give up on it; \
+             you asked for {asked}s)"
+        ));
+    }
+    text.push_str(": ");
+    let mut parts = Vec::new();
+    if !wake.is_empty() {
+        parts.push(format!(
+            "job {}: its report will wake you when it ends; no need to wait again",
+            ids(wake)
+        ));
+    }
+    if !silent.is_empty() {
+        let list = ids(silent);
+        parts.push(format!(
+            "job {list}: nothing will wake you when it ends (no channel reaches this session): \
+             call wait_for_jobs again, or run `baton wait {}` in the background",
+            list.replace(", ", " ")
+        ));
+    }
+    text.push_str(&parts.join("; "));
+    text.push('.');
+    text
+}
+
+/// Runs `wait` while telling the client, through MCP progress notifications (where it asked for
+/// them with a progress token), that the call is alive: Claude Code abandons a call that stays
+/// silent for 30 minutes. First after 1 s, then doubling up to every 15 s.
+async fn with_progress<T>(
+    wait: impl std::future::Future<Output = T>,
+    ctx: &RequestContext<RoleServer>,
+    seconds: u64,
+    ids: &[u64],
+) -> T {
+    let Some(token) = ctx.meta.get_progress_token() else {
+        return wait.await;
+    };
+    tokio::pin!(wait);
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_secs(1);
+    loop {
+        tokio::select! {
+            done = &mut wait => return done,
+            _ = tokio::time::sleep(pause) => {
+                let waited = started.elapsed().as_secs_f64();
+                let note = ProgressNotificationParam::new(token.clone(), waited)
+                    .with_total(seconds as f64)
+                    .with_message(format!("waiting for job {ids:?}: {}s of at most {seconds}s", waited as u64));
+                // Fails only when the client has gone; the wait itself says the rest.
+                let _ = ctx.peer.notify_progress(note).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(15));
+            }
+        }
     }
 }
 
@@ -691,6 +797,58 @@ impl ServerHandler for BatonTools {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("baton", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+            .with_instructions(instructions(&self.context))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: u64, wakes_caller: bool) -> JobView {
+        JobView {
+            id,
+            state: "running".into(),
+            wakes_caller,
+            ..JobView::default()
+        }
+    }
+
+    #[test]
+    fn a_timed_out_wait_says_truly_what_will_wake_the_caller() {
+        let (a, b) = (job(1, true), job(2, false));
+        let text = still_running(&[&a, &b], 240, 600);
+        assert!(
+            text.starts_with("still running after 240s (the most this tool waits"),
+            "{text}"
+        );
+        assert!(text.contains("you asked for 600s"), "{text}");
+        assert!(text.contains("job 1: its report will wake you"), "{text}");
+        assert!(text.contains("job 2: nothing will wake you"), "{text}");
+        assert!(text.contains("`baton wait 2` in the background"), "{text}");
+        let text = still_running(&[&a], 30, 30);
+        assert_eq!(
+            text,
+            "still running after 30s: job 1: its report will wake you when it ends; no need to \
+             wait again."
+        );
+    }
+
+    #[test]
+    fn the_instructions_promise_a_wake_up_only_where_one_can_come() {
+        let none = AgentContext::default();
+        assert!(instructions(&none).contains("will not come to you by itself"));
+        let claude = AgentContext {
+            claude_socket: Some("/run/user/1/cc-socks/1.sock".into()),
+            claude_token: Some("t".into()),
+            ..AgentContext::default()
+        };
+        assert!(instructions(&claude).contains("wakes you when they end"));
+        // A session id without an inbox socket reaches nothing.
+        let id_only = AgentContext {
+            claude_session: Some("s".into()),
+            ..AgentContext::default()
+        };
+        assert!(instructions(&id_only).contains("will not come to you by itself"));
     }
 }

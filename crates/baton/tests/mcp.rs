@@ -101,6 +101,7 @@ fn an_mcp_client_submits_waits_reads_the_report_and_gets_clear_errors() {
         "notify",
         "cwd",
         "env",
+        "request_id",
     ] {
         assert!(props.contains_key(p), "submit_job has no {p}: {props:?}");
     }
@@ -117,11 +118,41 @@ fn an_mcp_client_submits_waits_reads_the_report_and_gets_clear_errors() {
         job["cwd"],
         b.work.canonicalize().unwrap().display().to_string()
     );
+    // This session has no channel that wakes it (no inbox socket): the answer says so, and
+    // what to do instead.
+    assert_eq!(job["wakes_caller"], false, "{job}");
+    let text = submitted["text"].as_str().unwrap();
+    assert!(text.contains("Nothing there wakes an agent"), "{text}");
     assert!(
-        submitted["text"]
+        text.contains(&format!("baton wait {}", job["id"])),
+        "{text}"
+    );
+    assert!(!text.contains("no need to poll"), "{text}");
+    assert!(
+        seen["instructions"]
             .as_str()
             .unwrap()
-            .contains("no need to poll")
+            .contains("will not come to you by itself"),
+        "{}",
+        seen["instructions"]
+    );
+    // In a Claude Code session with an inbox it does.
+    let in_claude = &seen["submit_in_claude"];
+    assert_eq!(in_claude["json"]["wakes_caller"], true, "{in_claude}");
+    assert!(
+        in_claude["text"]
+            .as_str()
+            .unwrap()
+            .contains("you will be woken"),
+        "{in_claude}"
+    );
+    assert!(
+        seen["instructions_in_claude"]
+            .as_str()
+            .unwrap()
+            .contains("wakes you when they end"),
+        "{}",
+        seen["instructions_in_claude"]
     );
 
     let wait = &seen["wait"];
@@ -170,10 +201,14 @@ fn an_mcp_client_submits_waits_reads_the_report_and_gets_clear_errors() {
     );
     let short = &seen["short_wait"];
     assert_eq!(short["json"]["done"], false, "{short}");
-    assert!(
-        short["text"].as_str().unwrap().contains("still running"),
-        "{short}"
-    );
+    let text = short["text"].as_str().unwrap();
+    assert!(text.contains("still running"), "{short}");
+    assert!(text.contains("nothing will wake you"), "{short}");
+    // A wait of 4 s told the client it was alive, with a progress token it sent.
+    let progress = seen["progress"].as_array().unwrap();
+    assert!(progress.len() >= 2, "progress notifications: {progress:?}");
+    assert_eq!(progress[0]["total"], 4.0, "{progress:?}");
+    assert_eq!(seen["progress_wait"]["json"]["done"], false);
 
     let bad = seen["bad"].as_object().unwrap();
     let expect = [

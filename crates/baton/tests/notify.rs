@@ -68,12 +68,19 @@ fn a_failed_job_gets_a_report_and_it_reaches_the_inbox_file() {
         ])
         .expect(0);
     let id: u64 = submit.stdout.trim().parse().unwrap();
-    // stdout stays the id alone; the note for agents goes to stderr.
+    // stdout stays the id alone; the note for agents goes to stderr, and it is true: outside
+    // an agent session nothing wakes the caller, so it says what will.
     assert!(
-        submit.stderr.contains("no need to poll"),
+        submit.stderr.contains("Nothing there wakes an agent")
+            && submit
+                .stderr
+                .contains(&format!("baton wait {id}` in the background"))
+            && !submit.stderr.contains("no need to poll"),
         "{}",
         submit.stderr
     );
+    let job = b.job(id);
+    assert_eq!(job["wakes_caller"], false, "{job:#}");
     assert!(submit.stderr.contains("starts now"), "{}", submit.stderr);
 
     let out = b.wait(&[id], "30s");
@@ -317,7 +324,17 @@ fn a_claude_session_inbox_gets_the_report_with_its_token_which_stays_secret() {
     cmd.env("CLAUDE_CODE_SESSION_ID", "sess-1")
         .env("CLAUDE_CODE_MESSAGING_SOCKET", &sock)
         .env("CLAUDE_CODE_MESSAGING_TOKEN", token);
-    let id: u64 = run_cmd(cmd).expect(0).stdout.trim().parse().unwrap();
+    let submitted = run_cmd(cmd).expect(0);
+    let id: u64 = submitted.stdout.trim().parse().unwrap();
+    // Here a channel reaches the session: the note says it will be woken.
+    assert!(
+        submitted.stderr.contains("you will be woken")
+            && submitted
+                .stderr
+                .contains("claude:sess-1 (a new turn in this Claude Code session)"),
+        "{}",
+        submitted.stderr
+    );
     let text = inbox
         .recv_timeout(DEADLINE)
         .expect("the inbox got nothing")
@@ -329,6 +346,7 @@ fn a_claude_session_inbox_gets_the_report_with_its_token_which_stays_secret() {
     assert!(text.contains("exit code 3"), "{text}");
     let job = b.job(id);
     assert_eq!(job["session"], "claude:sess-1");
+    assert_eq!(job["wakes_caller"], true);
     assert_eq!(
         job["notify"],
         serde_json::json!([

@@ -120,7 +120,7 @@ impl AgentContext {
 }
 
 /// The job object of DESIGN §3, plus a few fields beyond the contract.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobView {
     pub id: u64,
     pub name: String,
@@ -171,6 +171,12 @@ pub struct JobView {
     pub slurm_nodes: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_state: Option<String>,
+    /// Whether one of the job's channels can wake the agent session that submitted it (a
+    /// Claude Code inbox, a Codex thread, a tmux pane). When false, nothing will: its report only
+    /// lands in files or goes to webhooks and commands, and an agent must wait for it itself
+    /// (`baton wait ID`, run in the background).
+    #[serde(default)]
+    pub wakes_caller: bool,
     /// Another user's job, seen on a shared daemon: its command, working directory, tags,
     /// channels and session are left out (empty).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -203,3 +203,73 @@ pub fn terminal_safe(text: &str) -> String {
         })
         .collect()
 }
+
+/// What a delivery through one channel does, from its public spec (`claude:ID`, `file:PATH`…).
+fn channel_effect(spec: &str) -> String {
+    let (kind, target) = spec.split_once(':').unwrap_or((spec, ""));
+    match kind {
+        "claude" => "a new turn in this Claude Code session".into(),
+        "codex" => format!("queued for Codex thread {target}"),
+        "tmux" => format!("typed into tmux pane {target} if an agent runs there"),
+        "webhook" => "posted to the webhook".into(),
+        "cmd" => "given to the command".into(),
+        "file" => "appended to the file; nothing watches it".into(),
+        _ => "delivered".into(),
+    }
+}
+
+/// What will happen when a job just submitted ends, worded for the person or agent that
+/// submitted it, and true for the channels it has: whether anything will wake them, and if
+/// not, the one thing that will (`baton wait`, run in the background).
+pub fn delivery_note(job: &JobView) -> String {
+    let channels: Vec<String> = job
+        .notify
+        .iter()
+        .map(|spec| format!("{spec} ({})", channel_effect(spec)))
+        .collect();
+    let goes_to = if channels.is_empty() {
+        "its report is stored with the job".to_string()
+    } else {
+        format!("its report goes to {}", channels.join(", "))
+    };
+    if job.wakes_caller {
+        format!(
+            "when it ends, {goes_to}. If you are an agent in that session, you will be woken \
+             with it: no need to poll, sleep or check on the job. `baton wait {id}` blocks until \
+             it ends and prints the report.",
+            id = job.id
+        )
+    } else {
+        format!(
+            "when it ends, {goes_to}. Nothing there wakes an agent: this shell is not inside \
+             Claude Code, Codex or tmux. If you are an agent and need the result, run `baton \
+             wait {id}` in the background (it returns when the job ends, with the report), or \
+             run it now to block until then.",
+            id = job.id
+        )
+    }
+}
+
+/// The same for a workflow just submitted: each task's report and the workflow's summary go
+/// through the tasks' channels.
+pub fn workflow_delivery_note(wf: &crate::api::WorkflowView) -> String {
+    let Some(first) = wf.tasks.first() else {
+        return "it has no tasks".into();
+    };
+    let ids: Vec<String> = wf.tasks.iter().map(|t| t.job.id.to_string()).collect();
+    if first.job.wakes_caller {
+        format!(
+            "each task's report, and the workflow's summary at its end, go to {}: if you are an \
+             agent in that session, they wake you; no need to poll.",
+            first.job.notify.join(", ")
+        )
+    } else {
+        format!(
+            "each task's report, and the workflow's summary at its end, go to {}, which wakes no \
+             agent (this shell is not inside Claude Code, Codex or tmux). If you are an agent \
+             and need the results, run `baton wait {}` in the background.",
+            first.job.notify.join(", "),
+            ids.join(" ")
+        )
+    }
+}

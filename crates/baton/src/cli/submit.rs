@@ -111,8 +111,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The note on stderr: where the job stands in the queue, and that its report will come by
-/// itself, so an agent knows it can stop and need not poll.
+/// The note on stderr: where the job stands in the queue, and what will happen when it ends:
+/// that its report wakes the agent by itself (it can stop and need not poll), or that nothing
+/// will, and what to do instead.
 fn note(job: &JobView) -> String {
     let standing = match (job.queue_position, &job.predicted_start) {
         (Some(0), Some(at)) if starts_now(at) => "it starts now".to_string(),
@@ -141,12 +142,9 @@ fn note(job: &JobView) -> String {
             "it goes to Slurm's queue (baton status shows its Slurm job id and state)".to_string()
         }
     };
-    let channels = job.notify.join(", ");
     format!(
-        "baton: queued job {id} ({name}); {standing}.\n\
-         baton: when it ends, its report is delivered to {channels}. If you are an agent, you \
-         will be woken with it: no need to poll, sleep or check on the job. `baton wait {id}` \
-         blocks until it ends and prints the report.",
+        "baton: queued job {id} ({name}); {standing}.\nbaton: {}",
+        super::output::delivery_note(job),
         id = job.id,
         name = job.name,
     )

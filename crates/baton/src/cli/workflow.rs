@@ -138,14 +138,15 @@ fn submit(file: PathBuf, notify: Vec<String>, json: bool) -> anyhow::Result<Exit
         println!("{}", wf.id);
     }
     eprintln!(
-        "baton: queued workflow {} ({}, {} tasks{}); critical path {}. Each task's report is \
-         delivered when it ends; `baton workflow status {}` shows the DAG.",
+        "baton: queued workflow {} ({}, {} tasks{}); critical path {}; `baton workflow status \
+         {}` shows the DAG.\nbaton: {}",
         wf.id,
         wf.name,
         wf.tasks.len(),
         if wf.atomic { ", atomic" } else { "" },
         wf.critical_path.join(" -> "),
-        wf.id
+        wf.id,
+        super::output::workflow_delivery_note(&wf)
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -24,6 +24,7 @@ pub fn job_view_for(peer: &Peer, job: &JobRecord) -> JobView {
         view.tags = Default::default();
         view.notify = Vec::new();
         view.session = None;
+        view.wakes_caller = false;
         view.private = true;
     }
     view
@@ -69,6 +70,7 @@ pub fn job_view(job: &JobRecord) -> JobView {
         slurm_job_id: job.slurm_id,
         slurm_nodes: job.slurm_nodes.clone().filter(|n| !n.is_empty()),
         slurm_state: job.slurm_state.clone(),
+        wakes_caller: job.notify.iter().any(|c| c.is_session()),
         private: false,
     }
 }

@@ -57,6 +57,18 @@ async def main(baton, workdir):
             seen["wait_cancelled"] = await call("wait_for_jobs", {"ids": [sleeper["json"]["id"]], "timeout_seconds": 30})
             seen["short_wait"] = await call("wait_for_jobs", {"ids": [(await call("submit_job", {"command": ["sleep", "30"]}))["json"]["id"]], "timeout_seconds": 1})
 
+            # A longer wait tells the client it is alive: progress notifications meanwhile.
+            progress = []
+
+            async def on_progress(value, total, message):
+                progress.append({"progress": value, "total": total, "message": message})
+
+            sleeper = (await call("submit_job", {"command": ["sleep", "30"]}))["json"]["id"]
+            waited = await session.call_tool("wait_for_jobs", {"ids": [sleeper], "timeout_seconds": 4},
+                                             read_timeout_seconds=60, progress_callback=on_progress)
+            seen["progress_wait"] = result_of(waited)
+            seen["progress"] = progress
+
             # Malformed calls: each must come back as a tool error, and the server must live on.
             seen["bad"] = {
                 "missing_command": await call("submit_job", {"gpus": 1}),
@@ -70,6 +82,18 @@ async def main(baton, workdir):
                 "workflow_both": await call("submit_workflow", {"yaml": "x", "path": "y"}),
             }
             seen["alive_after"] = await call("job_status", {"id": job})
+
+    # The same server in a Claude Code session whose inbox it can reach: the job's report wakes
+    # the session, and the answer says so.
+    env = dict(os.environ)
+    env["CLAUDE_CODE_MESSAGING_SOCKET"] = os.path.join(workdir, "inbox.sock")
+    env["CLAUDE_CODE_MESSAGING_TOKEN"] = "0123456789abcdef0123456789abcdef"
+    params = StdioServerParameters(command=baton, args=["mcp"], env=env, cwd=workdir)
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            seen["instructions_in_claude"] = init.instructions
+            seen["submit_in_claude"] = result_of(await session.call_tool("submit_job", {"command": ["true"]}))
     print(json.dumps(seen))
 
 
