@@ -1049,3 +1049,63 @@ fn a_claude_inbox_that_keeps_the_connection_open_gets_one_copy() {
         "a second copy came"
     );
 }
+
+/// A graceful stop (SIGTERM, as a service manager restarts the daemon) right after a message
+/// was written to a Claude Code inbox: it was recorded as delivered at once, so the restarted
+/// daemon does not send a second copy.
+#[test]
+fn a_graceful_stop_right_after_a_claude_delivery_sends_no_second_copy() {
+    let mut b = Baton::start(1);
+    let sock = b.root.join("cc.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    let (tx, got) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let (mut auth, mut msg) = (String::new(), String::new());
+            reader.read_line(&mut auth).unwrap();
+            reader.read_line(&mut msg).unwrap();
+            let _ = tx.send(msg);
+            // Like Claude Code, it answers nothing; it holds the connection a while.
+            held.push(conn);
+        }
+    });
+    let mut cmd = b.cmd(["submit", "--notify", "claude", "--", "true"]);
+    cmd.env("CLAUDE_CODE_SESSION_ID", "s")
+        .env("CLAUDE_CODE_MESSAGING_SOCKET", &sock)
+        .env("CLAUDE_CODE_MESSAGING_TOKEN", "t");
+    let id: u64 = run_cmd(cmd).expect(0).stdout.trim().parse().unwrap();
+    got.recv_timeout(DEADLINE).expect("no message");
+    assert!(b.stop_daemon().success());
+    b.serve();
+    assert!(
+        got.recv_timeout(Duration::from_secs(3)).is_err(),
+        "the restarted daemon sent a second copy"
+    );
+    assert_eq!(settled_deliveries(&b, id)[0]["state"], "delivered");
+}
+
+/// A delivery still running when the daemon is told to stop is finished (bounded) and
+/// recorded: the restarted daemon does not run it again.
+#[test]
+fn a_graceful_stop_finishes_and_records_the_deliveries_in_flight() {
+    let mut b = Baton::start(1);
+    let id = b.submit(&[
+        "--notify",
+        "cmd:echo run >> cmd.runs; sleep 1; echo done >> cmd.out",
+        "--",
+        "true",
+    ]);
+    wait_path(&b.path("cmd.runs"));
+    assert!(b.stop_daemon().success());
+    assert_eq!(b.read("cmd.out"), "done\n", "the stop did not wait for it");
+    b.serve();
+    assert_eq!(settled_deliveries(&b, id)[0]["state"], "delivered");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        b.read("cmd.runs"),
+        "run\n",
+        "the delivery ran again after the restart"
+    );
+}

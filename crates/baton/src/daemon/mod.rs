@@ -80,6 +80,8 @@ pub struct Daemon {
     outbox_wake: Notify,
     /// Wakes the loop that commits again what the store refused (`durable`).
     durable_wake: Notify,
+    /// A job's deliveries finished (for a stopping daemon that waits for them).
+    deliveries_done: Notify,
     executor: LocalExecutor,
     /// The baton binary, for deliveries run as another user.
     exe: PathBuf,
@@ -207,6 +209,7 @@ impl Daemon {
             ended_rx: Mutex::new(Some(ended_rx)),
             outbox_wake: Notify::new(),
             durable_wake: Notify::new(),
+            deliveries_done: Notify::new(),
             executor: LocalExecutor::new(exe.clone()),
             exe,
             probe,
@@ -268,8 +271,11 @@ impl Daemon {
             me.shutting_down.send_replace(true);
         })
         .await;
-        scheduler.abort();
+        // No new deliveries; those in flight finish and are recorded, so none goes twice.
         outbox.abort();
+        self.drain_deliveries(std::time::Duration::from_secs(5))
+            .await;
+        scheduler.abort();
         leases.abort();
         monitor.abort();
         durable.abort();

@@ -234,6 +234,29 @@ impl Daemon {
         }
         self.lock().delivering.remove(&id);
         self.outbox_wake.notify_one();
+        self.deliveries_done.notify_waiters();
+    }
+
+    /// Waits (at most `bound`) until the deliveries in flight have finished and are recorded: a
+    /// stopping daemon that dropped one would send it again after its restart.
+    pub(super) async fn drain_deliveries(&self, bound: Duration) {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let finished = self.deliveries_done.notified();
+            tokio::pin!(finished);
+            finished.as_mut().enable();
+            let left = self.lock().delivering.len();
+            if left == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, finished).await.is_err() {
+                tracing::warn!(
+                    "{left} job(s) still delivering after {bound:?}; they are sent again after \
+                     the restart"
+                );
+                return;
+            }
+        }
     }
 
     /// The message for a workflow's summary, read from where the daemon stored it.
