@@ -367,7 +367,7 @@ impl BatonTools {
             }
             _ => return Ok(error("give exactly one of `path` and `yaml`")),
         };
-        let env: BTreeMap<String, String> = std::env::vars().collect();
+        let env: BTreeMap<String, String> = crate::cli::captured_env();
         let request = crate::api::WorkflowSubmitRequest {
             source,
             text,
@@ -765,7 +765,7 @@ impl BatonTools {
         if !cwd.is_dir() {
             return Err(format!("{} is not a directory", cwd.display()));
         }
-        let mut env: BTreeMap<String, String> = std::env::vars().collect();
+        let mut env: BTreeMap<String, String> = crate::cli::captured_env();
         env.extend(args.env);
         Ok(SubmitRequest {
             command: args.command,

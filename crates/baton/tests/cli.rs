@@ -122,3 +122,21 @@ fn jobs_see_their_gpus_id_and_name() {
     assert_eq!(job["cwd"], work.to_string_lossy().as_ref());
     assert_eq!(job["command"][0], "sh");
 }
+
+/// A submitter's environment holding what a job could not be started with (a value that is not
+/// UTF-8) still submits: such a variable is left out, not a panic or a refusal.
+#[test]
+fn an_environment_that_is_not_all_text_still_submits() {
+    use std::os::unix::ffi::OsStrExt;
+    let b = Baton::start(1);
+    let mut cmd = b.cmd(["submit", "--", "sh", "-c", "echo ${PLAIN}"]);
+    cmd.env(
+        std::ffi::OsStr::from_bytes(b"NOT_TEXT"),
+        std::ffi::OsStr::from_bytes(b"\xff\xfe"),
+    )
+    .env("PLAIN", "kept");
+    let out = run_cmd(cmd).expect(0);
+    let id: u64 = out.stdout.trim().parse().unwrap();
+    b.wait_ok(&[id]);
+    assert_eq!(b.run(&["logs", &id.to_string()]).expect(0).stdout, "kept\n");
+}

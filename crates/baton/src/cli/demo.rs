@@ -177,7 +177,7 @@ fn tour(home: &Path, gpu_count: u32, stray: &mut std::process::Child) -> anyhow:
         std::thread::sleep(Duration::from_millis(20));
     }
     let work: PathBuf = home.join("work");
-    let mut env: BTreeMap<String, String> = std::env::vars().collect();
+    let mut env: BTreeMap<String, String> = super::captured_env();
     env.insert(
         "PATH".into(),
         std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),

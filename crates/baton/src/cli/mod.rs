@@ -157,6 +157,16 @@ pub fn current_umask() -> u32 {
     old.bits()
 }
 
+/// This process's environment as a job gets it: every variable whose name and value are text and
+/// that a process can be started with. `std::env::vars` would panic on one that is not UTF-8,
+/// and the daemon refuses a name that is empty or holds `=` (a Windows-style `=C:` entry).
+pub fn captured_env() -> std::collections::BTreeMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| !k.is_empty() && !k.contains('='))
+        .collect()
+}
+
 /// The client for the daemon this user talks to.
 pub fn client() -> Client {
     Client::new(crate::paths::client_socket())
@@ -168,6 +178,8 @@ pub fn exit_code_for(err: &anyhow::Error) -> u8 {
     }
     match err.downcast_ref::<ClientError>() {
         Some(e) if e.is_unreachable() => EXIT_NO_DAEMON,
+        // Over the daemon's connection limits, or shutting down: it cannot serve us now.
+        Some(ClientError::Api { status: 503, .. }) => EXIT_NO_DAEMON,
         Some(e) if e.is_usage() => EXIT_USAGE,
         _ => 1,
     }

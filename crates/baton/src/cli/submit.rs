@@ -94,7 +94,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         retries: args.retries,
         tags: args.tags.into_iter().collect::<BTreeMap<_, _>>(),
         cwd: cwd.display().to_string(),
-        env: std::env::vars().collect(),
+        env: super::captured_env(),
         umask: Some(super::current_umask()),
         notify: args.notify,
         context: AgentContext::from_env(),

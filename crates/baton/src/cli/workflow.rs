@@ -119,7 +119,7 @@ fn submit(file: PathBuf, notify: Vec<String>, json: bool) -> anyhow::Result<Exit
         source: file.display().to_string(),
         text,
         base_dir: base,
-        env: std::env::vars().collect(),
+        env: super::captured_env(),
         umask: Some(super::current_umask()),
         notify,
         context: AgentContext::from_env(),
