@@ -78,6 +78,15 @@ const LEAVES_PROCESSES: &str = "sleep 1000 & echo $! > child.pid; \
     setsid sh -c 'trap \"\" TERM; sleep 1000 & echo $! > daemonised.pid'; \
     touch started";
 
+/// The next job found none of the first one's processes, and none of them is alive now.
+#[track_caller]
+fn nothing_was_left(b: &Baton) {
+    assert_eq!(b.read("overlap"), "", "the next job ran beside the first");
+    for f in ["child.pid", "daemonised.pid"] {
+        assert!(!alive(pid_in(b, f)), "{f} outlived its job");
+    }
+}
+
 fn check_the_method(b: &Baton, id: u64, containment: &str) {
     let how = contained(b, id);
     match containment {
@@ -92,10 +101,7 @@ fn a_job_that_exits_takes_everything_it_started_with_it(containment: &str) {
     let id = b.submit_sh(&["--gpus", "1"], &format!("{LEAVES_PROCESSES}; exit 0"));
     let next = next_on_the_gpu(&b, &["child.pid", "daemonised.pid"]);
     b.wait_ok(&[id, next]);
-    assert_eq!(b.read("overlap"), "", "the next job ran beside the first");
-    for f in ["child.pid", "daemonised.pid"] {
-        assert!(!alive(pid_in(&b, f)), "{f} outlived its job");
-    }
+    nothing_was_left(&b);
     check_the_method(&b, id, containment);
 }
 
@@ -127,10 +133,7 @@ fn a_killed_supervisor_leaves_nothing_running(containment: &str) {
         job["reason"].as_str().unwrap().contains("supervisor died"),
         "{job:#}"
     );
-    assert_eq!(b.read("overlap"), "", "the next job ran beside the first");
-    for f in ["child.pid", "daemonised.pid"] {
-        assert!(!alive(pid_in(&b, f)), "{f} outlived its job");
-    }
+    nothing_was_left(&b);
     check_the_method(&b, id, containment);
 }
 
@@ -160,10 +163,7 @@ fn a_supervisor_killed_while_the_daemon_is_down_leaves_nothing_running(containme
     let out = b.wait(&[id, next], "30s");
     assert_eq!(b.state(next), "succeeded", "{out:?}");
     assert_eq!(b.state(id), "failed");
-    assert_eq!(b.read("overlap"), "", "the next job ran beside the first");
-    for f in ["child.pid", "daemonised.pid"] {
-        assert!(!alive(pid_in(&b, f)), "{f} outlived its job");
-    }
+    nothing_was_left(&b);
 }
 
 #[test]

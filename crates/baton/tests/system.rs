@@ -99,7 +99,9 @@ struct Shared {
     bob: TestUser,
 }
 
-/// `None` (with a message) where the test cannot run: it needs root, useradd and runuser.
+/// `None` (with a message) where the test cannot run: it needs root, useradd and runuser. Other
+/// users must reach the binary, the socket and the work directory: /tmp, not a possibly private
+/// TMPDIR, and a world-readable copy of the binary.
 fn shared_daemon(tag: &str, config: &str) -> Option<Shared> {
     if !is_root() || !have("useradd") || !have("runuser") {
         eprintln!("SKIPPED system-mode test: needs root, useradd and runuser");
@@ -141,39 +143,13 @@ fn shared_daemon(tag: &str, config: &str) -> Option<Shared> {
 
 #[test]
 fn system_mode_runs_jobs_as_their_submitters_and_guards_cancel() {
-    if !is_root() || !have("useradd") || !have("runuser") {
-        eprintln!("SKIPPED system_mode test: needs root, useradd and runuser");
+    // The users are created before the daemon, so they are removed after it and their jobs are
+    // gone; other users reach the binary, the socket and the work directory (under /tmp, a
+    // world-readable copy of the binary).
+    let Some(Shared { b, alice, bob }) = shared_daemon("t", "") else {
         return;
-    }
-    // Created before the daemon, so they are removed after it and their jobs are gone.
-    let alice = TestUser::create("t1");
-    let bob = TestUser::create("t2");
-    // Other users must reach the binary, the socket and the work directory: /tmp, not a
-    // possibly private TMPDIR, and a world-readable copy of the binary.
-    let mut b = Baton::unstarted_in(Path::new("/tmp"));
-    chmod(&b.root, 0o755);
-    chmod(&b.work, 0o1777);
-    let bin_dir = b.root.join("bin");
-    std::fs::create_dir(&bin_dir).unwrap();
-    chmod(&bin_dir, 0o755);
-    let bin = bin_dir.join("baton");
-    std::fs::copy(common::BIN, &bin).unwrap();
-    chmod(&bin, 0o755);
-    b.bin = bin;
-    let socket: PathBuf = b.root.join("sock").join("baton.sock");
-    b.socket = Some(socket.clone());
-
-    let sock_arg = socket.to_string_lossy().into_owned();
-    b.serve_with(&[
-        "serve",
-        "--system",
-        "--socket",
-        &sock_arg,
-        "--sim-gpus",
-        "2",
-        "--grace",
-        "1s",
-    ]);
+    };
+    let socket = b.socket.clone().unwrap();
     let meta = std::fs::metadata(&socket).unwrap();
     assert!(meta.file_type().is_socket());
     assert_eq!(
