@@ -241,10 +241,10 @@ pub fn delivery_note(job: &JobView) -> String {
         )
     } else {
         format!(
-            "when it ends, {goes_to}. Nothing there wakes an agent: this shell is not inside \
-             Claude Code, Codex or tmux. If you are an agent and need the result, run `baton \
-             wait {id}` in the background (it returns when the job ends, with the report), or \
-             run it now to block until then.",
+            "when it ends, {goes_to}. Nothing there wakes an agent: this environment has no \
+             Claude Code inbox, Codex thread or tmux pane. If you are an agent and need the \
+             result, run `baton wait {id}` in the background (it returns when the job ends, with \
+             the report), or run it now to block until then.",
             id = job.id
         )
     }
@@ -266,8 +266,8 @@ pub fn workflow_delivery_note(wf: &crate::api::WorkflowView) -> String {
     } else {
         format!(
             "each task's report, and the workflow's summary at its end, go to {}, which wakes no \
-             agent (this shell is not inside Claude Code, Codex or tmux). If you are an agent \
-             and need the results, run `baton wait {}` in the background.",
+             agent (this environment has no Claude Code inbox, Codex thread or tmux pane). If you \
+             are an agent and need the results, run `baton wait {}` in the background.",
             first.job.notify.join(", "),
             ids.join(" ")
         )

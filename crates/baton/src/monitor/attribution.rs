@@ -104,9 +104,11 @@ mod tests {
             .read_line(&mut line)
             .unwrap();
         let child: u32 = line.trim().parse().unwrap();
-        // `env -i` execs sleep: wait until the exec has happened (its environ is empty).
+        // `env -i` execs sleep: wait until the exec has happened (its environ reads, and is
+        // empty). A read in the middle of an exec can fail, which is not the same.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while job_in_environ(child).is_some() && std::time::Instant::now() < deadline {
+        let emptied = || fs::read(format!("/proc/{child}/environ")).is_ok_and(|e| e.is_empty());
+        while !emptied() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert_eq!(job_in_environ(child), None);
