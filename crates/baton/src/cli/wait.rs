@@ -60,6 +60,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             // at all on the first try is no restart: that is exit 3 at once, not after a minute.
             Err(
                 ref e @ (ClientError::Transport(_)
+                | ClientError::Interrupted { .. }
                 | ClientError::Api { status: 503, .. }
                 | ClientError::NotRunning { .. }),
             ) if (reached || !matches!(e, ClientError::NotRunning { .. }))

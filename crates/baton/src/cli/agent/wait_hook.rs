@@ -86,6 +86,7 @@ fn wait(_args: Args) -> anyhow::Result<ExitCode> {
             Ok(resp) => break resp,
             Err(
                 crate::api::client::ClientError::Transport(_)
+                | crate::api::client::ClientError::Interrupted { .. }
                 | crate::api::client::ClientError::Api { status: 503, .. }
                 | crate::api::client::ClientError::NotRunning { .. },
             ) if crate::cli::wait::reconnects(&client, None) => continue,
