@@ -1020,11 +1020,10 @@ fn many_jobs_ending_at_once_are_each_delivered_exactly_once() {
     }
 }
 
-#[test]
-fn a_claude_inbox_that_keeps_the_connection_open_gets_one_copy() {
-    let b = Baton::start(1);
-    let sock = b.root.join("cc.sock");
-    let listener = UnixListener::bind(&sock).unwrap();
+/// An inbox that, like Claude Code, answers nothing and holds each connection open: it passes on
+/// each message line it reads.
+fn silent_inbox(path: &Path) -> mpsc::Receiver<String> {
+    let listener = UnixListener::bind(path).unwrap();
     let (tx, got) = mpsc::channel();
     std::thread::spawn(move || {
         let mut held = Vec::new();
@@ -1037,6 +1036,14 @@ fn a_claude_inbox_that_keeps_the_connection_open_gets_one_copy() {
             held.push(conn); // never closed
         }
     });
+    got
+}
+
+#[test]
+fn a_claude_inbox_that_keeps_the_connection_open_gets_one_copy() {
+    let b = Baton::start(1);
+    let sock = b.root.join("cc.sock");
+    let got = silent_inbox(&sock);
     let mut cmd = b.cmd(["submit", "--notify", "claude", "--", "true"]);
     cmd.env("CLAUDE_CODE_SESSION_ID", "s")
         .env("CLAUDE_CODE_MESSAGING_SOCKET", &sock)
@@ -1057,20 +1064,7 @@ fn a_claude_inbox_that_keeps_the_connection_open_gets_one_copy() {
 fn a_graceful_stop_right_after_a_claude_delivery_sends_no_second_copy() {
     let mut b = Baton::start(1);
     let sock = b.root.join("cc.sock");
-    let listener = UnixListener::bind(&sock).unwrap();
-    let (tx, got) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for conn in listener.incoming().flatten() {
-            let mut reader = BufReader::new(conn.try_clone().unwrap());
-            let (mut auth, mut msg) = (String::new(), String::new());
-            reader.read_line(&mut auth).unwrap();
-            reader.read_line(&mut msg).unwrap();
-            let _ = tx.send(msg);
-            // Like Claude Code, it answers nothing; it holds the connection a while.
-            held.push(conn);
-        }
-    });
+    let got = silent_inbox(&sock);
     let mut cmd = b.cmd(["submit", "--notify", "claude", "--", "true"]);
     cmd.env("CLAUDE_CODE_SESSION_ID", "s")
         .env("CLAUDE_CODE_MESSAGING_SOCKET", &sock)
