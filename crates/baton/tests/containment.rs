@@ -78,6 +78,17 @@ const LEAVES_PROCESSES: &str = "sleep 1000 & echo $! > child.pid; \
     setsid sh -c 'trap \"\" TERM; sleep 1000 & echo $! > daemonised.pid'; \
     touch started";
 
+/// A job that has left its processes behind and runs on (until stopped), and the job queued
+/// next on its GPU.
+fn running_and_next(b: &Baton) -> (u64, u64) {
+    let id = b.submit_sh(
+        &["--gpus", "1"],
+        &format!("{LEAVES_PROCESSES}; {}", wait_for_file("never")),
+    );
+    b.wait_file("started");
+    (id, next_on_the_gpu(b, &["child.pid", "daemonised.pid"]))
+}
+
 /// The next job found none of the first one's processes, and none of them is alive now.
 #[track_caller]
 fn nothing_was_left(b: &Baton) {
@@ -117,12 +128,7 @@ fn a_job_that_exits_takes_everything_it_started_with_it_subreaper() {
 
 fn a_killed_supervisor_leaves_nothing_running(containment: &str) {
     let b = start(containment);
-    let id = b.submit_sh(
-        &["--gpus", "1"],
-        &format!("{LEAVES_PROCESSES}; {}", wait_for_file("never")),
-    );
-    b.wait_file("started");
-    let next = next_on_the_gpu(&b, &["child.pid", "daemonised.pid"]);
+    let (id, next) = running_and_next(&b);
     assert_eq!(b.state(next), "queued");
     unsafe { libc::kill(supervisor_pid(&b, id), libc::SIGKILL) };
     let out = b.wait(&[id, next], "30s");
@@ -151,12 +157,7 @@ fn a_killed_supervisor_leaves_nothing_running_subreaper() {
 /// what it left before the GPU is free.
 fn a_supervisor_killed_while_the_daemon_is_down_leaves_nothing_running(containment: &str) {
     let mut b = start(containment);
-    let id = b.submit_sh(
-        &["--gpus", "1"],
-        &format!("{LEAVES_PROCESSES}; {}", wait_for_file("never")),
-    );
-    b.wait_file("started");
-    let next = next_on_the_gpu(&b, &["child.pid", "daemonised.pid"]);
+    let (id, next) = running_and_next(&b);
     b.kill_daemon();
     unsafe { libc::kill(supervisor_pid(&b, id), libc::SIGKILL) };
     b.serve();
@@ -181,12 +182,7 @@ fn a_supervisor_killed_while_the_daemon_is_down_leaves_nothing_running_subreaper
 fn a_cancel_ends_what_the_job_detached() {
     for containment in ["auto", "subreaper"] {
         let b = start(containment);
-        let id = b.submit_sh(
-            &["--gpus", "1"],
-            &format!("{LEAVES_PROCESSES}; {}", wait_for_file("never")),
-        );
-        b.wait_file("started");
-        let next = next_on_the_gpu(&b, &["child.pid", "daemonised.pid"]);
+        let (id, next) = running_and_next(&b);
         b.run(&["cancel", &id.to_string()]).expect(0);
         b.wait(&[id, next], "30s");
         assert_eq!(b.state(id), "cancelled");

@@ -1020,6 +1020,18 @@ fn many_jobs_ending_at_once_are_each_delivered_exactly_once() {
     }
 }
 
+/// A `true` job whose report goes (`--notify claude`) to a `silent_inbox`.
+fn submit_to_a_silent_inbox(b: &Baton) -> (u64, mpsc::Receiver<String>) {
+    let sock = b.root.join("cc.sock");
+    let got = silent_inbox(&sock);
+    let mut cmd = b.cmd(["submit", "--notify", "claude", "--", "true"]);
+    cmd.env("CLAUDE_CODE_SESSION_ID", "s")
+        .env("CLAUDE_CODE_MESSAGING_SOCKET", &sock)
+        .env("CLAUDE_CODE_MESSAGING_TOKEN", "t");
+    let id: u64 = run_cmd(cmd).expect(0).stdout.trim().parse().unwrap();
+    (id, got)
+}
+
 /// An inbox that, like Claude Code, answers nothing and holds each connection open: it passes on
 /// each message line it reads.
 fn silent_inbox(path: &Path) -> mpsc::Receiver<String> {
@@ -1042,13 +1054,7 @@ fn silent_inbox(path: &Path) -> mpsc::Receiver<String> {
 #[test]
 fn a_claude_inbox_that_keeps_the_connection_open_gets_one_copy() {
     let b = Baton::start(1);
-    let sock = b.root.join("cc.sock");
-    let got = silent_inbox(&sock);
-    let mut cmd = b.cmd(["submit", "--notify", "claude", "--", "true"]);
-    cmd.env("CLAUDE_CODE_SESSION_ID", "s")
-        .env("CLAUDE_CODE_MESSAGING_SOCKET", &sock)
-        .env("CLAUDE_CODE_MESSAGING_TOKEN", "t");
-    let id: u64 = run_cmd(cmd).expect(0).stdout.trim().parse().unwrap();
+    let (id, got) = submit_to_a_silent_inbox(&b);
     got.recv_timeout(DEADLINE).expect("no message");
     assert_eq!(settled_deliveries(&b, id)[0]["state"], "delivered");
     assert!(
@@ -1063,13 +1069,7 @@ fn a_claude_inbox_that_keeps_the_connection_open_gets_one_copy() {
 #[test]
 fn a_graceful_stop_right_after_a_claude_delivery_sends_no_second_copy() {
     let mut b = Baton::start(1);
-    let sock = b.root.join("cc.sock");
-    let got = silent_inbox(&sock);
-    let mut cmd = b.cmd(["submit", "--notify", "claude", "--", "true"]);
-    cmd.env("CLAUDE_CODE_SESSION_ID", "s")
-        .env("CLAUDE_CODE_MESSAGING_SOCKET", &sock)
-        .env("CLAUDE_CODE_MESSAGING_TOKEN", "t");
-    let id: u64 = run_cmd(cmd).expect(0).stdout.trim().parse().unwrap();
+    let (id, got) = submit_to_a_silent_inbox(&b);
     got.recv_timeout(DEADLINE).expect("no message");
     assert!(b.stop_daemon().success());
     b.serve();

@@ -461,6 +461,7 @@ impl Daemon {
     fn launch(self: &Arc<Self>, job: JobRecord) {
         let files = self.files(job.id);
         let (cgroup, contained) = self.config.containment.prepare(job.id.0, job.attempt);
+        let made = cgroup.clone();
         let result = self.launch_description(&job, cgroup).and_then(|launch| {
             self.executor
                 .launch(&files, &launch)
@@ -484,6 +485,9 @@ impl Daemon {
             }
             Err(e) => {
                 tracing::error!(job = job.id.0, "cannot start: {e}");
+                if let Some(dir) = made {
+                    let _ = std::fs::remove_dir(dir);
+                }
                 let ending = Ending {
                     state: JobState::Failed,
                     exit_code: None,
@@ -598,15 +602,9 @@ impl Daemon {
         let now = now_ms();
         let mut inner = self.lock();
         let job = match inner.active.get(&id) {
-            Some(job)
-                if job.state == JobState::Running
-                    && job.attempt == attempt
-                    && !inner.unrecorded.jobs.contains(&id) =>
-            {
-                job.clone()
-            }
-            // Already recorded, or being recorded (a recovery and a watch can both see one
-            // exit).
+            Some(job) if job.state == JobState::Running && job.attempt == attempt => job.clone(),
+            // Already recorded (a recovery and a watch can both see one exit); one being
+            // recorded is left alone by `conclude_attempt`.
             _ => return,
         };
         inner.supervisors.remove(&id);

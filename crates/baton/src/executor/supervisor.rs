@@ -135,19 +135,26 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
             pid: std::process::id() as i32,
         },
     );
+    let cgroup = launch.cgroup.as_ref().map(|dir| Cgroup {
+        dir: PathBuf::from(dir),
+    });
+    // A job that never started leaves its (empty) cgroup behind for no one.
+    let never_started = |exit: ExitRecord| {
+        if let Some(cgroup) = &cgroup {
+            cgroup.remove();
+        }
+        finish(exit)
+    };
     // Whatever the job detaches (setsid, double forks) is reparented to us rather than to init,
     // so it stays findable below us even where no cgroup holds it.
     if let Err(e) = Descendants::become_subreaper() {
         exit.error = Some(format!("cannot become a child subreaper: {e}"));
-        return finish(exit);
+        return never_started(exit);
     }
     let Ok(mut chld) = signal(SignalKind::child()) else {
         exit.error = Some("cannot install signal handlers".into());
-        return finish(exit);
+        return never_started(exit);
     };
-    let cgroup = launch.cgroup.as_ref().map(|dir| Cgroup {
-        dir: PathBuf::from(dir),
-    });
     let procs: &dyn Processes = match &cgroup {
         Some(cgroup) => cgroup,
         None => &Descendants,
@@ -161,7 +168,7 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
                 _ => 1,
             });
             exit.error = Some(e.to_string());
-            return finish(exit);
+            return never_started(exit);
         }
     };
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
