@@ -12,6 +12,7 @@ mod metrics;
 mod monitor;
 mod notify;
 mod paths;
+mod procinfo;
 mod report;
 mod slurm;
 mod store;

@@ -750,6 +750,149 @@ fn a_tmux_pane_running_an_agent_gets_the_report_typed_in_once() {
     );
 }
 
+/// The stand-in agent TUI (`tests/agent/fake_agent.py`) in a new pane, once it has drawn its
+/// prompt, writing what it is sent to `sent`. `program` is what the pane runs it as.
+fn stand_in_agent(server: &TmuxServer, command: &[&str], name: &str) -> String {
+    let pane = pane_running(server, command, name);
+    // Ready once it has drawn its prompt (before that the terminal is not yet in raw mode).
+    let until = Instant::now() + DEADLINE;
+    while !server
+        .tmux(&["capture-pane", "-p", "-t", &pane])
+        .contains('>')
+    {
+        assert!(
+            Instant::now() < until,
+            "the stand-in agent never drew its prompt"
+        );
+        std::thread::sleep(POLL);
+    }
+    pane
+}
+
+fn fake_agent_script() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/agent/fake_agent.py")
+        .display()
+        .to_string()
+}
+
+#[test]
+fn an_agent_started_through_an_interpreter_launcher_is_typed_into() {
+    if !require("tmux") || !require("python3") {
+        return;
+    }
+    let b = Baton::start(1);
+    let server = TmuxServer {
+        socket: b.root.join("tmux.sock"),
+    };
+    // As npm starts Codex (`node /usr/bin/codex`): tmux names the pane's program after the
+    // interpreter, and only the script it runs says it is an agent.
+    let launcher = b.root.join("bin/codex");
+    std::fs::create_dir_all(launcher.parent().unwrap()).unwrap();
+    std::fs::copy(fake_agent_script(), &launcher).unwrap();
+    let sent = b.path("sent.txt").display().to_string();
+    let python = python_binary().display().to_string();
+    let launcher = launcher.display().to_string();
+    let python_name = python_binary()
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let pane = stand_in_agent(&server, &[&python, &launcher, &sent], &python_name);
+    let id = submit_in_pane(&b, &server, &pane, "echo 'epoch: 1, loss: 0.5'");
+    b.wait_ok(&[id]);
+    let deliveries = settled_deliveries(&b, id);
+    assert_eq!(deliveries[0]["state"], "delivered", "{deliveries:#?}");
+    wait_contains(Path::new(&sent), "<<SENT>>");
+    let got = std::fs::read_to_string(&sent).unwrap();
+    assert_eq!(count(&got, "<<SENT>>"), 1, "{got}");
+    assert!(got.contains("loss: 0.5"), "{got}");
+}
+
+#[test]
+fn auto_in_tmux_wakes_a_claude_session_once_and_tmux_only_stands_by() {
+    if !require("tmux") || !require("python3") {
+        return;
+    }
+    let b = Baton::start(1);
+    let server = TmuxServer {
+        socket: b.root.join("tmux.sock"),
+    };
+    let claude = b.root.join("claude");
+    std::os::unix::fs::symlink(python_binary(), &claude).unwrap();
+    let sent = b.path("sent.txt").display().to_string();
+    let pane = stand_in_agent(
+        &server,
+        &[&claude.display().to_string(), &fake_agent_script(), &sent],
+        "claude",
+    );
+    let sock = b.root.join("cc.sock");
+    let token = "0123456789abcdef0123456789abcdef";
+    let inbox = claude_inbox(&sock, token);
+    let submit = |script: &str| -> u64 {
+        let mut cmd = b.cmd(["submit", "--", "sh", "-c", script]);
+        cmd.env("TMUX", format!("{},1,0", server.socket.display()))
+            .env("TMUX_PANE", &pane)
+            .env("CLAUDE_CODE_SESSION_ID", "s-1")
+            .env("CLAUDE_CODE_MESSAGING_SOCKET", &sock)
+            .env("CLAUDE_CODE_MESSAGING_TOKEN", token);
+        let out = run_cmd(cmd).expect(0);
+        assert!(
+            out.stderr.contains(&format!(
+                "tmux:{pane} (only if claude:s-1 does not reach the session)"
+            )),
+            "{}",
+            out.stderr
+        );
+        out.stdout.trim().parse().unwrap()
+    };
+    // The inbox takes it: the pane is not typed into.
+    let id = submit("echo 'loss: 0.1'");
+    b.wait_ok(&[id]);
+    let text = inbox.recv_timeout(DEADLINE).unwrap().unwrap();
+    assert!(text.contains("loss: 0.1"), "{text}");
+    let states: Vec<(String, String)> = settled_deliveries(&b, id)
+        .iter()
+        .map(|d| {
+            (
+                d["channel"].as_str().unwrap().to_string(),
+                d["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("claude:s-1".to_string(), "delivered".to_string()),
+            (format!("tmux:{pane}"), "unneeded".to_string()),
+            (
+                format!("file:{}", b.home.join("inbox.md").display()),
+                "delivered".to_string()
+            ),
+        ]
+    );
+    // Long enough for a tmux delivery (a paste and Enter 500 ms later) to have shown.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        std::fs::read_to_string(&sent)
+            .unwrap_or_default()
+            .is_empty(),
+        "the pane was typed into as well"
+    );
+    // Without the inbox (the session's socket is gone) the next link takes over, once.
+    std::fs::remove_file(&sock).unwrap();
+    let id = submit("echo 'loss: 0.2'");
+    b.wait_ok(&[id]);
+    let deliveries = settled_deliveries(&b, id);
+    assert_eq!(deliveries[0]["state"], "skipped", "{deliveries:#?}");
+    assert_eq!(deliveries[1]["state"], "delivered", "{deliveries:#?}");
+    wait_contains(Path::new(&sent), "<<SENT>>");
+    let got = std::fs::read_to_string(&sent).unwrap();
+    assert_eq!(count(&got, "<<SENT>>"), 1, "{got}");
+    assert!(got.contains("loss: 0.2"), "{got}");
+}
+
 /// The real Python binary (not a version manager's shim, which goes by its own name).
 fn python_binary() -> PathBuf {
     let out = Command::new("python3")
@@ -790,11 +933,32 @@ fn a_tmux_pane_running_anything_but_an_agent_is_never_typed_into() {
         &["sh", "-c", &format!("exec cat > {}", typed.display())],
         "cat",
     );
-    for pane in [&shell, &runner] {
+    // A bare interpreter is a REPL, not an agent, whatever else it could run.
+    let python = python_binary().display().to_string();
+    let python_name = python_binary()
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let repl = pane_running(&server, &[&python, "-q"], &python_name);
+    for pane in [&shell, &runner, &repl] {
         let id = submit_in_pane(&b, &server, pane, "echo 'touch pwned'; exit 1");
         b.wait(&[id], "30s").expect(1);
         let deliveries = settled_deliveries(&b, id);
-        assert_eq!(deliveries[0]["state"], "delivered", "{deliveries:#?}");
+        // Only a status-line note, which wakes no agent: `noted`, and the inbox has it.
+        assert_eq!(deliveries[0]["state"], "noted", "{deliveries:#?}");
+        assert!(
+            deliveries[0]["error"]
+                .as_str()
+                .unwrap()
+                .contains("not an agent"),
+            "{deliveries:#?}"
+        );
+        wait_contains(
+            &b.home.join("inbox.md"),
+            &format!("[end of baton report for job {id}]"),
+        );
     }
     std::thread::sleep(Duration::from_millis(300));
     let screen = server.tmux(&["capture-pane", "-p", "-t", &shell]);
@@ -981,6 +1145,105 @@ fn the_claude_hook_wakes_the_session_with_the_reports_of_the_jobs_its_call_submi
     let mut cmd = b.cmd(["agent", "wait-hook"]);
     cmd.stdin(std::process::Stdio::null());
     assert_eq!(run_cmd(cmd).code, 0);
+}
+
+#[test]
+fn a_bypass_permissions_session_is_woken_by_its_hook_once_and_its_inbox_is_left_alone() {
+    let b = Baton::start(1);
+    let sock = b.root.join("cc.sock");
+    let token = "0123456789abcdef0123456789abcdef";
+    let inbox = claude_inbox(&sock, token);
+    let submit = |script: &str| {
+        let mut cmd = b.cmd(["submit", "--", "sh", "-c", script]);
+        cmd.env("CLAUDE_CODE_SESSION_ID", "s-1")
+            .env("CLAUDE_CODE_MESSAGING_SOCKET", &sock)
+            .env("CLAUDE_CODE_MESSAGING_TOKEN", token);
+        run_cmd(cmd).expect(0)
+    };
+    let hook_input = |submitted: &common::Out, mode: &str| {
+        serde_json::json!({
+            "session_id": "s-1",
+            "hook_event_name": "PostToolUse",
+            "permission_mode": mode,
+            "cwd": b.root,
+            "tool_name": "Bash",
+            "tool_input": {"command": "baton submit -- python train.py"},
+            "tool_response": {"stdout": submitted.stdout, "stderr": "", "interrupted": false},
+        })
+    };
+    let states = |id: u64| -> Vec<String> {
+        settled_deliveries(&b, id)
+            .iter()
+            .map(|d| {
+                format!(
+                    "{} {}",
+                    d["channel"].as_str().unwrap(),
+                    d["state"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    let inbox_file = format!("file:{} delivered", b.home.join("inbox.md").display());
+
+    // In default mode the inbox wakes the session: the hook has nothing to do.
+    let submitted = submit("true");
+    assert_eq!(wait_hook(&b, &hook_input(&submitted, "default")).code, 0);
+    inbox.recv_timeout(DEADLINE).unwrap().unwrap();
+
+    // Bypass mode: the hook claims the job while it runs, and delivers it; nothing is sent to
+    // the inbox (where it would only wait for a person).
+    let submitted = submit(&format!("{}; echo loss=0.3", common::wait_for_file("go")));
+    let id: u64 = submitted.stdout.trim().parse().unwrap();
+    let releaser = {
+        let go = b.path("go");
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            std::fs::write(go, "").unwrap();
+        })
+    };
+    let out = wait_hook(&b, &hook_input(&submitted, "bypassPermissions"));
+    releaser.join().unwrap();
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("loss=0.3"), "{out:?}");
+    assert_eq!(
+        states(id),
+        [
+            "claude:s-1 (held) held".to_string(),
+            "claude-hook:s-1 delivered".to_string(),
+            inbox_file.clone()
+        ]
+    );
+    let report = report_json(&b, id);
+    assert!(
+        report["deliveries"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("bypassPermissions"),
+        "{report:#}"
+    );
+    assert!(
+        inbox.recv_timeout(Duration::from_millis(500)).is_err(),
+        "the inbox was sent the report"
+    );
+
+    // A job so quick that the inbox took it before the hook ran: the hook still delivers it
+    // (the session only held it), and the inbox's delivery is corrected to `held`.
+    let submitted = submit("echo quick");
+    let id: u64 = submitted.stdout.trim().parse().unwrap();
+    b.wait_ok(&[id]);
+    settled_deliveries(&b, id);
+    inbox.recv_timeout(DEADLINE).unwrap().unwrap();
+    let out = wait_hook(&b, &hook_input(&submitted, "bypassPermissions"));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("quick"), "{out:?}");
+    assert_eq!(
+        states(id),
+        [
+            "claude:s-1 held".to_string(),
+            inbox_file,
+            "claude-hook:s-1 delivered".to_string(),
+        ]
+    );
 }
 
 #[test]

@@ -479,6 +479,20 @@ impl Client {
         self.call("POST", "/wait", Some(&body), patience)
     }
 
+    pub fn hook_claim(
+        &self,
+        req: &crate::api::HookClaimRequest,
+    ) -> Result<crate::api::HookClaimResponse, ClientError> {
+        self.post("/hook/claim", req)
+    }
+
+    pub fn hook_delivered(&self, ids: &[u64]) -> Result<serde_json::Value, ClientError> {
+        self.post(
+            "/hook/delivered",
+            &crate::api::HookDeliveredRequest { ids: ids.to_vec() },
+        )
+    }
+
     pub fn cancel(&self, req: &CancelRequest) -> Result<CancelResponse, ClientError> {
         self.post("/cancel", req)
     }

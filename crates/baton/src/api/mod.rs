@@ -71,6 +71,10 @@ pub struct AgentContext {
     /// `CLAUDE_CODE_MESSAGING_TOKEN`: a secret; stored 0600, never returned.
     #[serde(default)]
     pub claude_token: Option<String>,
+    /// Whether the session's inbox would hold or refuse baton's message, as the client found
+    /// from the session's settings and command line (`notify::inbound`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_inbound: Option<crate::notify::Inbound>,
     /// `CODEX_THREAD_ID`.
     #[serde(default)]
     pub codex_thread: Option<String>,
@@ -86,9 +90,11 @@ impl AgentContext {
     /// Reads the context from this process's environment (empty values count as unset).
     pub fn from_env() -> AgentContext {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let claude_socket = var("CLAUDE_CODE_MESSAGING_SOCKET");
         AgentContext {
             claude_session: var("CLAUDE_CODE_SESSION_ID"),
-            claude_socket: var("CLAUDE_CODE_MESSAGING_SOCKET"),
+            claude_inbound: claude_socket.as_deref().and_then(crate::notify::inbound_of),
+            claude_socket,
             claude_token: var("CLAUDE_CODE_MESSAGING_TOKEN"),
             codex_thread: var("CODEX_THREAD_ID"),
             tmux: var("TMUX"),
@@ -238,12 +244,51 @@ pub struct ReportResponse {
 pub struct DeliveryView {
     /// The channel spec, secrets omitted.
     pub channel: String,
-    /// `pending`, `delivered`, `skipped` (the target is gone; other channels carry it) or
-    /// `failed` (gave up after retries).
+    /// `pending`; `standby` (a later link of the wake chain, used only if the ones before it do
+    /// not reach the session); `delivered` (it reached the agent as input, or the file, command
+    /// or URL took it); `unneeded` (an earlier link woke the session); `noted` (a status-line
+    /// note in a pane that runs no agent); `held` / `refused` (Claude Code would keep it for a
+    /// person / turn it away); `skipped` (the target is gone); `failed` (gave up after
+    /// retries).
     pub state: String,
     pub attempts: u32,
     pub delivered_at: Option<String>,
     pub error: Option<String>,
+}
+
+/// `POST /v1/hook/claim`: the Claude Code hook (`baton agent wait-hook`), run after the Bash
+/// call that submitted `ids`, takes over their wake-up where the session's inbox cannot start
+/// a turn. The daemon knows the hook by the calling process.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookClaimRequest {
+    pub ids: Vec<u64>,
+    /// The Claude Code session the hook runs in (its stdin's `session_id`).
+    pub session: String,
+    /// What the hook learnt of the session's inbox (its permission mode, its settings).
+    #[serde(default)]
+    pub inbound: Option<crate::notify::Inbound>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HookClaimResponse {
+    pub claims: Vec<HookClaim>,
+}
+
+/// Whether the hook delivers one job's report, and why (not).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HookClaim {
+    pub id: u64,
+    pub claimed: bool,
+    pub why: String,
+}
+
+/// `POST /v1/hook/delivered`: the hook printed these jobs' reports and is exiting 2, which
+/// starts the turn.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookDeliveredRequest {
+    pub ids: Vec<u64>,
 }
 
 /// `POST /v1/cancel`.

@@ -208,7 +208,17 @@ pub fn terminal_safe(text: &str) -> String {
 fn channel_effect(spec: &str) -> String {
     let (kind, target) = spec.split_once(':').unwrap_or((spec, ""));
     match kind {
+        "claude" if spec.ends_with("(held)") => "Claude Code would keep it for a person to \
+             approve (this session bypasses permissions, or its settings hold messages), so \
+             nothing is sent there; `baton agent setup claude` installs the hook that delivers \
+             in such sessions"
+            .into(),
+        "claude" if spec.ends_with("(refused)") => "Claude Code would turn it away (its \
+             settings say crossSessionInbound = \"refuse\"), so nothing is sent there; `baton \
+             agent setup claude` installs the hook that delivers in such sessions"
+            .into(),
         "claude" => "a new turn in this Claude Code session".into(),
+        "claude-hook" => "printed by the Claude Code hook, which starts a turn".into(),
         "codex" => format!("queued for Codex thread {target}"),
         "tmux" => format!("typed into tmux pane {target} if an agent runs there"),
         "webhook" => "posted to the webhook".into(),
@@ -218,14 +228,47 @@ fn channel_effect(spec: &str) -> String {
     }
 }
 
+fn is_session_spec(spec: &str) -> bool {
+    let kind = spec.split(':').next().unwrap_or(spec);
+    matches!(kind, "claude" | "claude-hook" | "codex" | "tmux")
+}
+
 /// What will happen when a job just submitted ends, worded for the person or agent that
-/// submitted it, and true for the channels it has: whether anything will wake them, and if
-/// not, the one thing that will (`baton wait`, run in the background).
+/// submitted it, and true for the channels it has: whether anything will wake them (once: the
+/// session channels are tried in order until one reaches the agent), and if not, the one thing
+/// that will (`baton wait`, run in the background).
 pub fn delivery_note(job: &JobView) -> String {
+    let inbox_blocked = job
+        .notify
+        .iter()
+        .any(|s| s.starts_with("claude") && s.ends_with(')'));
+    if inbox_blocked && crate::notify::claude::hook_installed() {
+        return format!(
+            "when it ends, its report goes to {}. This Claude Code session would not start a \
+             turn for a message on its inbox, so the baton hook installed in its settings \
+             delivers the report instead: if you are an agent in that session, you will be woken \
+             with it, once. No need to poll, sleep or check on the job.",
+            job.notify.join(", ")
+        );
+    }
+    let mut first_session: Option<&str> = None;
     let channels: Vec<String> = job
         .notify
         .iter()
-        .map(|spec| format!("{spec} ({})", channel_effect(spec)))
+        .map(|spec| {
+            let later = is_session_spec(spec) && first_session.is_some();
+            if is_session_spec(spec) && first_session.is_none() && !spec.ends_with(')') {
+                first_session = Some(spec);
+            }
+            if later {
+                format!(
+                    "{spec} (only if {} does not reach the session)",
+                    first_session.unwrap_or_default()
+                )
+            } else {
+                format!("{spec} ({})", channel_effect(spec))
+            }
+        })
         .collect();
     let goes_to = if channels.is_empty() {
         "its report is stored with the job".to_string()
@@ -235,16 +278,20 @@ pub fn delivery_note(job: &JobView) -> String {
     if job.wakes_caller {
         format!(
             "when it ends, {goes_to}. If you are an agent in that session, you will be woken \
-             with it: no need to poll, sleep or check on the job. `baton wait {id}` blocks until \
-             it ends and prints the report.",
+             with it, once: no need to poll, sleep or check on the job. `baton wait {id}` blocks \
+             until it ends and prints the report.",
             id = job.id
         )
     } else {
+        let why = if job.notify.iter().any(|s| s.starts_with("claude")) {
+            "the Claude Code inbox here does not start turns for baton's messages"
+        } else {
+            "this environment has no Claude Code inbox, Codex thread or tmux pane"
+        };
         format!(
-            "when it ends, {goes_to}. Nothing there wakes an agent: this environment has no \
-             Claude Code inbox, Codex thread or tmux pane. If you are an agent and need the \
-             result, run `baton wait {id}` in the background (it returns when the job ends, with \
-             the report), or run it now to block until then.",
+            "when it ends, {goes_to}. Nothing there wakes an agent: {why}. If you are an agent \
+             and need the result, run `baton wait {id}` in the background (it returns when the \
+             job ends, with the report), or run it now to block until then.",
             id = job.id
         )
     }

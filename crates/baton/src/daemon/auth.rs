@@ -42,6 +42,8 @@ impl Daemon {
 pub struct Peer {
     pub uid: u32,
     pub gid: u32,
+    /// The connecting process, where the kernel says (the Claude Code hook claims jobs by it).
+    pub pid: Option<u32>,
 }
 
 impl Peer {
@@ -64,10 +66,12 @@ impl Peer {
             Ok(cred) => Peer {
                 uid: cred.uid(),
                 gid: cred.gid(),
+                pid: cred.pid().and_then(|p| u32::try_from(p).ok()),
             },
             Err(_) => Peer {
                 uid: NOBODY,
                 gid: NOBODY,
+                pid: None,
             },
         }
     }

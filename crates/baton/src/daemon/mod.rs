@@ -7,6 +7,7 @@ mod auth;
 mod durable;
 mod error;
 mod handlers;
+mod hook;
 mod monitor;
 mod outbox;
 mod server;

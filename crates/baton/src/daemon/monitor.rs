@@ -19,6 +19,7 @@ use super::{Daemon, now_ms};
 use crate::gpu::GpuSample;
 use crate::monitor::attribution::{self, ProcessFacts};
 use crate::monitor::series::{Point, Ring};
+use crate::notify::Channel;
 use crate::notify::{self, Message};
 use crate::store::{AuditEntry, GpuMinuteSample, JobGpuSample, JobRecord};
 use crate::users;
@@ -335,12 +336,23 @@ impl Daemon {
         let msg = Message::notice(&record, &d.message, &record.env);
         let mut sent = Vec::new();
         let mut failed = Vec::new();
+        // One wake per notice: the session channels are tried in order until one reaches the
+        // agent (a hook waits on the job's end, not on notices, so it is passed over).
+        let mut woken = false;
         for channel in &record.notify {
+            if channel.is_session() && (woken || matches!(channel, Channel::ClaudeHook { .. })) {
+                continue;
+            }
             match self.deliver_as_owner(&record, channel, &msg).await {
-                notify::Outcome::Delivered => sent.push(channel.public_spec()),
-                notify::Outcome::Gone(why) | notify::Outcome::Failed(why) => {
-                    failed.push(format!("{}: {why}", channel.public_spec()))
+                notify::Outcome::Delivered => {
+                    woken |= channel.is_session();
+                    sent.push(channel.public_spec())
                 }
+                other => failed.push(format!(
+                    "{}: {}",
+                    channel.public_spec(),
+                    other.detail().unwrap_or_default()
+                )),
             }
         }
         match (sent.is_empty(), failed.is_empty()) {

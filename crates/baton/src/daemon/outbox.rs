@@ -24,6 +24,13 @@ use crate::users;
 const BATCH: usize = 256;
 /// A delivery that failed this many times is given up (after about an hour of backoff).
 const MAX_ATTEMPTS: u32 = 15;
+/// A link of a wake chain with another standing by is given up sooner (after about 7 s), so
+/// that the next link is not kept waiting an hour.
+const CHAIN_ATTEMPTS: u32 = 3;
+/// How long a Claude Code hook that claimed a job may take to deliver its report after the
+/// job's end, and how often the outbox checks that the hook still runs meanwhile.
+const HOOK_PATIENCE: Millis = 10 * 60 * 1000;
+const HOOK_RECHECK: Millis = 1000;
 /// Backoff between attempts: doubling from one second, at most five minutes.
 fn backoff(attempts: u32) -> Millis {
     (1000i64 << attempts.min(9)).min(300_000)
@@ -276,14 +283,43 @@ impl Daemon {
         ))
     }
 
-    /// Records how one delivery went; a session that is gone sends the report to the inbox.
-    fn record(&self, job: &JobRecord, d: &Delivery, outcome: Outcome) {
+    /// Records how one delivery went. A session channel that did not reach the agent passes the
+    /// report on to the next link of the chain (the store does that in the same commit), and
+    /// to the inbox file.
+    pub(super) fn record(&self, job: &JobRecord, d: &Delivery, outcome: Outcome) {
         let now = now_ms();
         let spec = d.channel.public_spec();
+        if let Outcome::Waiting(why) = &outcome {
+            // The hook delivers; look again soon, unless it has been at it far too long.
+            let since = job.ended_at.unwrap_or(now);
+            if now - since < HOOK_PATIENCE {
+                let mut inner = self.lock();
+                if let Err(e) = inner.store.recheck_delivery(d.id, now + HOOK_RECHECK) {
+                    tracing::warn!(job = job.id.0, "cannot reschedule {spec}: {e}");
+                }
+                tracing::debug!(job = job.id.0, channel = %spec, "{why}");
+                return;
+            }
+        }
+        // A link with a later one standing by gives up sooner: the next link is waiting.
+        let has_next = self.lock().store.has_standby_after(d.id).unwrap_or(false);
+        let max_attempts = if has_next {
+            CHAIN_ATTEMPTS
+        } else {
+            MAX_ATTEMPTS
+        };
         let (state, next, error) = match &outcome {
             Outcome::Delivered => (DeliveryState::Delivered, now, None),
+            Outcome::Noted(why) => (DeliveryState::Noted, now, Some(why.as_str())),
+            Outcome::Held(why) => (DeliveryState::Held, now, Some(why.as_str())),
+            Outcome::Refused(why) => (DeliveryState::Refused, now, Some(why.as_str())),
             Outcome::Gone(why) => (DeliveryState::Skipped, now, Some(why.as_str())),
-            Outcome::Failed(why) if d.attempts + 1 >= MAX_ATTEMPTS => {
+            Outcome::Waiting(_) => (
+                DeliveryState::Failed,
+                now,
+                Some("the Claude Code hook did not deliver the report within 10 minutes"),
+            ),
+            Outcome::Failed(why) if d.attempts + 1 >= max_attempts => {
                 (DeliveryState::Failed, now, Some(why.as_str()))
             }
             Outcome::Failed(why) => (
@@ -302,17 +338,16 @@ impl Daemon {
                 }
                 tracing::info!(job = job.id.0, channel = %spec, latency_ms = now - job.ended_at.unwrap_or(now), "report delivered")
             }
-            Outcome::Gone(why) => {
-                tracing::info!(job = job.id.0, channel = %spec, "not delivered, target gone: {why}")
-            }
-            Outcome::Failed(why) => {
+            Outcome::Failed(why) if state == DeliveryState::Pending => {
                 tracing::warn!(job = job.id.0, channel = %spec, attempt = d.attempts + 1, "delivery failed: {why}")
             }
+            other => {
+                tracing::info!(job = job.id.0, channel = %spec, state = state.as_str(), "not delivered: {}", other.detail().unwrap_or_default())
+            }
         }
-        let fallback =
-            (state == DeliveryState::Skipped && d.channel.is_session()).then(|| Channel::File {
-                path: self.inbox_for(job.owner_uid, &job.env),
-            });
+        let fallback = (state.passes_on() && d.channel.is_session()).then(|| Channel::File {
+            path: self.inbox_for(job.owner_uid, &job.env),
+        });
         // Recorded, or kept until it can be: a delivery whose outcome is not recorded yet is
         // never sent again meanwhile.
         let mut inner = self.lock();

@@ -70,7 +70,7 @@ pub fn job_view(job: &JobRecord) -> JobView {
         slurm_job_id: job.slurm_id,
         slurm_nodes: job.slurm_nodes.clone().filter(|n| !n.is_empty()),
         slurm_state: job.slurm_state.clone(),
-        wakes_caller: job.notify.iter().any(|c| c.is_session()),
+        wakes_caller: job.notify.iter().any(|c| c.can_wake()),
         private: false,
     }
 }

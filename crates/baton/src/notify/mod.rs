@@ -8,7 +8,7 @@
 //! stripped of control sequences by the report builder. Nothing from the report is ever passed
 //! through a shell: commands get it on stdin, tmux gets it through a paste buffer.
 
-mod claude;
+pub mod claude;
 mod cmd;
 mod codex;
 mod file;
@@ -21,7 +21,8 @@ use std::collections::BTreeMap;
 use baton_core::report::sanitize_line;
 use serde::{Deserialize, Serialize};
 
-pub use spec::{Channel, resolve};
+pub use claude::inbound_of;
+pub use spec::{Channel, Inbound, resolve};
 
 /// Everything a channel needs to deliver one job's report.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -179,16 +180,44 @@ pub fn end_marker(job: u64) -> String {
     format!("[end of baton report for job {job}]")
 }
 
-/// How one delivery attempt went.
+/// How one delivery attempt went. Only `Delivered` means the message reached the agent (or the
+/// file, command or URL) as input; every other outcome leaves the session to the next channel
+/// of its chain (DESIGN §5: one wake per event).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", content = "detail", rename_all = "lowercase")]
 pub enum Outcome {
     Delivered,
+    /// Only a note was shown (a tmux status-line message in a pane that runs no agent): a person
+    /// may see it, the agent does not.
+    Noted(String),
+    /// Claude Code keeps the message for a person to approve (a bypass-permissions session):
+    /// no turn starts.
+    Held(String),
+    /// Claude Code turns the message away (`crossSessionInbound = "refuse"`).
+    Refused(String),
+    /// Another process delivers it and has not yet said it did (the Claude Code hook, still
+    /// waiting on the job): look again soon, without counting an attempt.
+    Waiting(String),
     /// The target no longer exists (the agent session ended, the pane closed): retrying cannot
     /// help, and the report must reach the inbox file instead.
     Gone(String),
     /// Worth retrying later.
     Failed(String),
+}
+
+impl Outcome {
+    /// Why it was not delivered, if it was not.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            Outcome::Delivered => None,
+            Outcome::Noted(why)
+            | Outcome::Held(why)
+            | Outcome::Refused(why)
+            | Outcome::Waiting(why)
+            | Outcome::Gone(why)
+            | Outcome::Failed(why) => Some(why),
+        }
+    }
 }
 
 /// Delivers `msg` through `channel`, once.
@@ -197,7 +226,19 @@ pub async fn deliver(channel: &Channel, msg: &Message) -> Outcome {
         Channel::File { path } => file::deliver(path, msg),
         Channel::Cmd { command } => cmd::deliver(command, msg).await,
         Channel::Webhook { url } => webhook::deliver(url, msg).await,
-        Channel::Claude { socket, token, .. } => claude::deliver(socket, token, msg).await,
+        Channel::Claude {
+            socket,
+            token,
+            inbound,
+            ..
+        } => match inbound {
+            // Known beforehand not to start a turn: nothing is sent, so no person is asked to
+            // approve a message the hook (or the next channel) delivers anyway.
+            Some(Inbound::Held { why }) => Outcome::Held(why.clone()),
+            Some(Inbound::Refused { why }) => Outcome::Refused(why.clone()),
+            None => claude::deliver(socket, token, msg).await,
+        },
+        Channel::ClaudeHook { pid, started, .. } => claude::hook_alive(*pid, *started),
         Channel::Tmux { pane, server } => tmux::deliver(pane, server.as_deref(), msg).await,
         Channel::Codex { thread } => codex::deliver(thread, msg).await,
     }

@@ -8,6 +8,12 @@ use crate::api::AgentContext;
 
 /// One place a report is delivered to, with everything needed to reach it later (when the
 /// submitting shell is long gone).
+///
+/// The session channels of a job (`claude`, `claude-hook`, `codex`, `tmux`) all reach the agent
+/// session that submitted it, so they form one chain, in order: the first is tried, and each
+/// later one only when the one before it did not reach the agent (it was noted, held, refused,
+/// skipped or failed). A session is woken once per event. The others (`file`, `cmd`,
+/// `webhook`) are records and bridges, delivered independently.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Channel {
@@ -17,6 +23,18 @@ pub enum Channel {
         /// A secret: stored in the 0600 database, never printed or returned.
         token: String,
         session: Option<String>,
+        /// Known beforehand: the session would hold or refuse a message from baton.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        inbound: Option<Inbound>,
+    },
+    /// `baton agent wait-hook`, the Claude Code hook, delivers the report itself (it prints it
+    /// and exits 2, which starts a turn) where the inbox cannot. The hook process (`pid`, with
+    /// its start time against pid reuse) claimed the job; the daemon only waits for its word.
+    #[serde(rename = "claude-hook")]
+    ClaudeHook {
+        session: String,
+        pid: u32,
+        started: u64,
     },
     /// `codex queue --thread THREAD`.
     Codex { thread: String },
@@ -38,10 +56,20 @@ impl Channel {
     /// shown by scheme and host only, since its path often is the secret (Slack, Discord).
     pub fn public_spec(&self) -> String {
         match self {
-            Channel::Claude { session, .. } => match session {
-                Some(id) => format!("claude:{id}"),
-                None => "claude".into(),
-            },
+            Channel::Claude {
+                session, inbound, ..
+            } => {
+                let spec = match session {
+                    Some(id) => format!("claude:{id}"),
+                    None => "claude".into(),
+                };
+                match inbound {
+                    Some(Inbound::Held { .. }) => format!("{spec} (held)"),
+                    Some(Inbound::Refused { .. }) => format!("{spec} (refused)"),
+                    None => spec,
+                }
+            }
+            Channel::ClaudeHook { session, .. } => format!("claude-hook:{session}"),
             Channel::Codex { thread } => format!("codex:{thread}"),
             Channel::Tmux { pane, .. } => format!("tmux:{pane}"),
             Channel::Webhook { url } => {
@@ -60,6 +88,7 @@ impl Channel {
     pub fn kind(&self) -> &'static str {
         match self {
             Channel::Claude { .. } => "claude",
+            Channel::ClaudeHook { .. } => "claude-hook",
             Channel::Codex { .. } => "codex",
             Channel::Tmux { .. } => "tmux",
             Channel::Webhook { .. } => "webhook",
@@ -68,14 +97,45 @@ impl Channel {
         }
     }
 
-    /// Channels that type into, or queue for, a live agent session. When that session is gone
-    /// the report must still reach the inbox file.
+    /// Channels that type into, or queue for, a live agent session: the links of the job's
+    /// wake chain. When none of them reaches the session the report must still reach the inbox
+    /// file.
     pub fn is_session(&self) -> bool {
         matches!(
             self,
-            Channel::Claude { .. } | Channel::Codex { .. } | Channel::Tmux { .. }
+            Channel::Claude { .. }
+                | Channel::ClaudeHook { .. }
+                | Channel::Codex { .. }
+                | Channel::Tmux { .. }
         )
     }
+}
+
+impl Channel {
+    /// Whether delivering through this channel can start a turn in the agent session (a
+    /// `claude` channel whose session holds or refuses messages cannot).
+    pub fn can_wake(&self) -> bool {
+        self.is_session()
+            && !matches!(
+                self,
+                Channel::Claude {
+                    inbound: Some(_),
+                    ..
+                }
+            )
+    }
+}
+
+/// Why a Claude Code session will not start a turn for a message on its inbox socket, learnt
+/// from its settings, its command line or its hook.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "lowercase")]
+pub enum Inbound {
+    /// Kept for a person to approve (bypass-permissions sessions, `crossSessionInbound =
+    /// "hold"`).
+    Held { why: String },
+    /// Turned away (`crossSessionInbound = "refuse"`).
+    Refused { why: String },
 }
 
 /// A spec that cannot be honoured, worded for the person or agent who wrote it.
@@ -224,6 +284,7 @@ fn claude(ctx: &AgentContext) -> Option<Channel> {
         socket: ctx.claude_socket.clone()?,
         token: ctx.claude_token.clone()?,
         session: ctx.claude_session.clone(),
+        inbound: ctx.claude_inbound.clone(),
     })
 }
 
@@ -248,6 +309,7 @@ mod tests {
             claude_session: Some("s-1".into()),
             claude_socket: Some("/run/user/1/cc-socks/9.sock".into()),
             claude_token: Some("0123456789abcdef0123456789abcdef".into()),
+            claude_inbound: None,
             codex_thread: None,
             tmux: Some("/tmp/tmux-1/default,77,0".into()),
             tmux_pane: Some("%3".into()),
@@ -273,6 +335,22 @@ mod tests {
                 path: "/h/i.md".into()
             }]
         );
+    }
+
+    #[test]
+    fn a_session_known_to_hold_messages_keeps_its_inbox_but_it_cannot_wake() {
+        let held = AgentContext {
+            claude_inbound: Some(Inbound::Held {
+                why: "bypass".into(),
+            }),
+            ..agent()
+        };
+        let got = resolve(&[], &held, "/h/inbox.md", "/w").unwrap();
+        let shown: Vec<String> = got.iter().map(Channel::public_spec).collect();
+        assert_eq!(shown, ["claude:s-1 (held)", "tmux:%3", "file:/h/inbox.md"]);
+        assert!(!got[0].can_wake() && got[0].is_session());
+        assert!(got[1].can_wake());
+        assert!(!got[2].can_wake());
     }
 
     #[test]

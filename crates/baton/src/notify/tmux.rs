@@ -4,9 +4,13 @@
 //! Enter that arrives with the paste as part of it. A look at the pane afterwards shows whether
 //! the text still sits unsent in the input box, and Enter is retried a bounded number of times.
 //!
-//! Only a pane whose foreground program is a known coding agent is typed into. Any other program
-//! (a shell, `ssh`, `sudo -s`, a Python REPL, an editor) could take the text as commands or keys,
-//! so its pane gets a status-line note with the report's path instead.
+//! Only a pane whose foreground program is a known coding agent is typed into. An agent is known
+//! by what the process runs, not only by its name: npm starts Codex, Gemini CLI and others as
+//! `node /usr/…/bin/codex` (tmux then names the pane's program `node`), so an interpreter counts
+//! when the script it runs is an agent's. Any other program (a shell, `ssh`, `sudo -s`, a bare
+//! `node` or Python REPL, an editor) could take the text as commands or keys, so its pane gets a
+//! status-line note with the report's path instead, which is `noted`, not `delivered`: it wakes
+//! no agent, and the next channel takes over.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -23,8 +27,8 @@ const ENTER_DELAY: Duration = Duration::from_millis(500);
 const SETTLE: Duration = Duration::from_millis(300);
 const ENTER_RETRIES: usize = 3;
 
-/// Programs (as tmux names a pane's foreground program) that take typed text as a message to a
-/// model, not as commands. `node` is not here: a Node REPL would run the text.
+/// Programs that take typed text as a message to a model, not as commands. `node` is not here:
+/// a Node REPL would run the text (see `INTERPRETERS`).
 pub const AGENTS: &[&str] = &[
     "claude",
     "codex",
@@ -37,6 +41,74 @@ pub const AGENTS: &[&str] = &[
     "qwen",
     "cursor-agent",
 ];
+
+/// Programs that run an agent when given its script (npm's launchers), and only then.
+const INTERPRETERS: &[&str] = &["node", "nodejs", "bun", "deno"];
+
+fn is_interpreter(name: &str) -> bool {
+    INTERPRETERS.contains(&name)
+        || name
+            .strip_prefix("python")
+            .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+}
+
+/// npm packages whose launcher scripts are agents, however the script is named.
+const AGENT_PACKAGES: &[&str] = &[
+    "/@openai/codex/",
+    "/@anthropic-ai/claude-code/",
+    "/@google/gemini-cli/",
+    "/@qwen-code/qwen-code/",
+    "/@sourcegraph/amp/",
+    "/opencode-ai/",
+];
+
+/// Whether a process with this argument vector is a coding agent.
+pub fn runs_agent(args: &[String]) -> bool {
+    let Some(program) = args.first() else {
+        return false;
+    };
+    let name = crate::procinfo::program_name(program);
+    if AGENTS.contains(&name) {
+        return true;
+    }
+    if !is_interpreter(name) {
+        return false;
+    }
+    // The script is the first argument that is not an option; `node -e CODE` and a bare REPL
+    // run no script file.
+    let mut rest = args[1..].iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "-e" | "--eval" | "-p" | "--print" | "-c" | "-m" | "-i" | "--interactive" => {
+                return false;
+            }
+            "-r" | "--require" | "--import" | "--loader" => {
+                rest.next();
+            }
+            a if a.starts_with('-') => {}
+            script => {
+                return AGENTS.contains(&crate::procinfo::program_name(script))
+                    || AGENT_PACKAGES.iter().any(|p| script.contains(p));
+            }
+        }
+    }
+    false
+}
+
+/// Whether whatever runs in the foreground of the pane whose first process is `pane_pid` is an
+/// agent: tmux's name for it first, then what the foreground processes run.
+fn pane_runs_agent(current_command: &str, pane_pid: Option<u32>) -> bool {
+    if AGENTS.contains(&current_command) {
+        return true;
+    }
+    let Some(pid) = pane_pid else {
+        return false;
+    };
+    crate::procinfo::terminal_foreground(pid)
+        .into_iter()
+        .filter_map(crate::procinfo::cmdline)
+        .any(|args| runs_agent(&args))
+}
 
 struct Tmux<'a> {
     server: Option<&'a str>,
@@ -93,7 +165,7 @@ pub async fn deliver(pane: &str, server: Option<&str>, msg: &Message) -> Outcome
             "-p",
             "-t",
             pane,
-            "#{pane_current_command}",
+            "#{pane_pid} #{pane_current_command}",
         ])
         .await
     {
@@ -109,7 +181,8 @@ pub async fn deliver(pane: &str, server: Option<&str>, msg: &Message) -> Outcome
         }
         Err(e) => return Outcome::Failed(e),
     };
-    if !AGENTS.contains(&foreground.as_str()) {
+    let (pane_pid, current_command) = foreground.split_once(' ').unwrap_or(("", &foreground));
+    if !pane_runs_agent(current_command, pane_pid.parse().ok()) {
         let note = format!(
             "baton: job {} ended ({}); report at {}",
             msg.job, msg.state, msg.report_path
@@ -118,7 +191,10 @@ pub async fn deliver(pane: &str, server: Option<&str>, msg: &Message) -> Outcome
             .run(&["display-message", "-d", "15000", "-t", pane, &note])
             .await
         {
-            Ok(_) => Outcome::Delivered,
+            Ok(_) => Outcome::Noted(format!(
+                "pane {pane} runs {current_command:?}, not an agent: only a status-line note \
+                 was shown there"
+            )),
             Err(e) => Outcome::Failed(e),
         };
     }
@@ -169,6 +245,41 @@ fn still_unsent(screen: &str, marker: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agents_are_known_by_what_they_run_and_repls_are_not_agents() {
+        let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(runs_agent(&args(&["claude", "--debug"])));
+        assert!(runs_agent(&args(&["/usr/bin/codex"])));
+        assert!(runs_agent(&args(&[
+            "node",
+            "/usr/bin/codex",
+            "--disable",
+            "x"
+        ])));
+        assert!(runs_agent(&args(&[
+            "node",
+            "--no-warnings",
+            "/usr/lib/node_modules/@openai/codex/bin/codex.js"
+        ])));
+        assert!(runs_agent(&args(&[
+            "node",
+            "/opt/x/@google/gemini-cli/dist/index.js"
+        ])));
+        assert!(!runs_agent(&args(&["node"])));
+        assert!(!runs_agent(&args(&["node", "-i"])));
+        assert!(!runs_agent(&args(&["node", "-e", "require('codex')"])));
+        assert!(!runs_agent(&args(&["node", "server.js"])));
+        assert!(!runs_agent(&args(&["python3", "train.py"])));
+        assert!(!runs_agent(&args(&["python3.11", "-q"])));
+        assert!(runs_agent(&args(&[
+            "/usr/bin/python3.11",
+            "/opt/bin/aider"
+        ])));
+        assert!(!runs_agent(&args(&["pythonista", "/opt/bin/aider"])));
+        assert!(!runs_agent(&args(&["bash"])));
+        assert!(!runs_agent(&[]));
+    }
 
     #[test]
     fn an_input_box_still_holding_the_message_is_seen() {

@@ -226,13 +226,27 @@ pub struct Delivery {
     pub next_at: Millis,
     pub error: Option<String>,
     pub delivered_at: Option<Millis>,
+    /// The earlier link of the wake chain this one stands by for.
+    pub after: Option<i64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeliveryState {
     /// Not delivered yet; tried again at `next_at`.
     Pending,
+    /// A later link of the job's wake chain: tried only if the one before it does not reach
+    /// the session.
+    Standby,
+    /// Reached the agent as input (or the file, command or URL took it).
     Delivered,
+    /// An earlier link of the chain woke the session, so this one was not used.
+    Unneeded,
+    /// Only a note was shown (a tmux pane that runs no agent).
+    Noted,
+    /// Claude Code would keep it for a person to approve.
+    Held,
+    /// Claude Code would turn it away.
+    Refused,
     /// The target is gone (the agent session ended); other channels carry the report.
     Skipped,
     /// Given up after repeated failures.
@@ -243,7 +257,12 @@ impl DeliveryState {
     pub fn as_str(self) -> &'static str {
         match self {
             DeliveryState::Pending => "pending",
+            DeliveryState::Standby => "standby",
             DeliveryState::Delivered => "delivered",
+            DeliveryState::Unneeded => "unneeded",
+            DeliveryState::Noted => "noted",
+            DeliveryState::Held => "held",
+            DeliveryState::Refused => "refused",
             DeliveryState::Skipped => "skipped",
             DeliveryState::Failed => "failed",
         }
@@ -251,11 +270,28 @@ impl DeliveryState {
 
     fn parse(text: &str) -> DeliveryState {
         match text {
+            "standby" => DeliveryState::Standby,
             "delivered" => DeliveryState::Delivered,
+            "unneeded" => DeliveryState::Unneeded,
+            "noted" => DeliveryState::Noted,
+            "held" => DeliveryState::Held,
+            "refused" => DeliveryState::Refused,
             "skipped" => DeliveryState::Skipped,
             "failed" => DeliveryState::Failed,
             _ => DeliveryState::Pending,
         }
+    }
+
+    /// Settled without reaching the agent: the next link of the chain takes over.
+    pub fn passes_on(self) -> bool {
+        matches!(
+            self,
+            DeliveryState::Noted
+                | DeliveryState::Held
+                | DeliveryState::Refused
+                | DeliveryState::Skipped
+                | DeliveryState::Failed
+        )
     }
 }
 
@@ -465,9 +501,7 @@ impl Store {
         channels: &[Channel],
     ) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
-        for channel in channels {
-            insert_delivery(&tx, id, channel, end.at)?;
-        }
+        insert_deliveries(&tx, id, None, channels, end.at)?;
         tx.prepare_cached(
             "UPDATE jobs SET state = ?1, exit_code = ?2, signal = ?3, reason = ?4, ended_at = ?5 \
              WHERE id = ?6",
@@ -572,6 +606,22 @@ impl Store {
         Ok(())
     }
 
+    /// Sets where a job's report goes (the Claude Code hook claimed its wake-up).
+    pub fn set_notify(
+        &mut self,
+        id: JobId,
+        channels: &[Channel],
+        at: Millis,
+        why: &str,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.prepare_cached("UPDATE jobs SET notify = ?1 WHERE id = ?2")?
+            .execute(params![json(&channels), id.0 as i64])?;
+        log_event(&tx, id.0, at, "notify", why)?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Sets a job's priority (a waste rule deprioritised it).
     pub fn set_priority(&mut self, id: JobId, priority: i64, at: Millis) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
@@ -653,8 +703,8 @@ impl Store {
         args: impl rusqlite::Params,
     ) -> Result<Vec<Delivery>, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT id, job_id, channel, state, attempts, next_at, error, delivered_at, workflow_id \
-             FROM deliveries {clause}"
+            "SELECT id, job_id, channel, state, attempts, next_at, error, delivered_at, workflow_id, \
+             after_id FROM deliveries {clause}"
         ))?;
         let rows = stmt.query_map(args, |r| {
             let job = r.get::<_, i64>(1)? as u64;
@@ -675,6 +725,7 @@ impl Store {
                     next_at: r.get(5)?,
                     error: r.get(6)?,
                     delivered_at: r.get(7)?,
+                    after: r.get(9)?,
                 },
             ))
         })?;
@@ -690,7 +741,12 @@ impl Store {
         Ok(out)
     }
 
-    /// Records the outcome of one delivery attempt: its new state, and for a retry when.
+    /// Records the outcome of one delivery attempt: its new state, and for a retry when. The
+    /// wake chain moves on in the same transaction: a delivery that woke the session makes the
+    /// links standing by `unneeded`; one that passes on (noted, held, refused, skipped, failed)
+    /// makes the next link pending now. Only an unsettled row changes: a hook's word that it
+    /// delivered is never overwritten by the outbox's look at it. (The hook may say so while its
+    /// link still stands by: it waited on the job, not on the chain.)
     pub fn record_delivery(
         &mut self,
         id: i64,
@@ -699,14 +755,88 @@ impl Store {
         error: Option<&str>,
         now: Millis,
     ) -> Result<(), StoreError> {
-        self.conn.prepare_cached(
-            "UPDATE deliveries SET state = ?1, attempts = attempts + 1, next_at = ?2, error = ?3, \
-             delivered_at = CASE WHEN ?1 = 'delivered' THEN ?4 ELSE delivered_at END WHERE id = ?5",
-        )?
-        .execute(
-            params![state.as_str(), next_at, error, now, id],
-        )?;
+        let tx = self.conn.transaction()?;
+        let changed = tx
+            .prepare_cached(
+                "UPDATE deliveries SET state = ?1, attempts = attempts + 1, next_at = ?2, \
+                 error = ?3, delivered_at = CASE WHEN ?1 = 'delivered' THEN ?4 ELSE delivered_at \
+                 END WHERE id = ?5 AND state IN ('pending', 'standby')",
+            )?
+            .execute(params![state.as_str(), next_at, error, now, id])?;
+        if changed > 0 {
+            advance_chain(&tx, id, state, now)?;
+        }
+        tx.commit()?;
         Ok(())
+    }
+
+    /// Whether a later link of a wake chain stands by for delivery `id`.
+    pub fn has_standby_after(&self, id: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM deliveries WHERE after_id = ?1 AND state = 'standby')",
+            )?
+            .query_row(params![id], |r| r.get(0))?)
+    }
+
+    /// Looks at a pending delivery again at `next_at` without counting an attempt (a hook that
+    /// has not delivered yet).
+    pub fn recheck_delivery(&mut self, id: i64, next_at: Millis) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "UPDATE deliveries SET next_at = ?1 WHERE id = ?2 AND state = 'pending'",
+            )?
+            .execute(params![next_at, id])?;
+        Ok(())
+    }
+
+    /// Sets a settled delivery's state after the fact: the inbox socket took a message that
+    /// the session, as its hook learnt later, only held.
+    pub fn correct_delivery(
+        &mut self,
+        id: i64,
+        state: DeliveryState,
+        error: &str,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("UPDATE deliveries SET state = ?1, error = ?2 WHERE id = ?3")?
+            .execute(params![state.as_str(), error, id])?;
+        Ok(())
+    }
+
+    /// Adds a link to an ended job's wake chain right after `before` (the hook, after the inbox
+    /// it replaces), or at its head: it takes over `before`'s place, pending at once.
+    pub fn insert_chain_link(
+        &mut self,
+        job: JobId,
+        workflow: Option<u64>,
+        before: Option<i64>,
+        channel: &Channel,
+        now: Millis,
+    ) -> Result<i64, StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.prepare_cached(
+            "INSERT INTO deliveries (job_id, channel, state, next_at, workflow_id, after_id) \
+             VALUES (?1, ?2, 'pending', ?3, ?4, ?5)",
+        )?
+        .execute(params![
+            job.0 as i64,
+            json(channel),
+            now,
+            workflow.map(|w| w as i64),
+            before
+        ])?;
+        let link = tx.last_insert_rowid();
+        // What stood by for `before` now stands by for the new link.
+        if let Some(before) = before {
+            tx.prepare_cached(
+                "UPDATE deliveries SET after_id = ?1 WHERE after_id = ?2 AND id != ?1",
+            )?
+            .execute(params![link, before])?;
+        }
+        tx.commit()?;
+        Ok(link)
     }
 
     /// Queues a workflow's summary through each channel, anchored on the task whose end ended it.
@@ -718,18 +848,7 @@ impl Store {
         now: Millis,
     ) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
-        for channel in channels {
-            tx.prepare_cached(
-                "INSERT INTO deliveries (job_id, channel, state, next_at, workflow_id) \
-                 VALUES (?1, ?2, 'pending', ?3, ?4)",
-            )?
-            .execute(params![
-                anchor.0 as i64,
-                json(channel),
-                now,
-                workflow as i64
-            ])?;
-        }
+        insert_deliveries(&tx, anchor, Some(workflow), channels, now)?;
         tx.commit()?;
         Ok(())
     }
@@ -1028,16 +1147,70 @@ fn insert_job(tx: &rusqlite::Transaction<'_>, job: &NewJob) -> Result<JobId, Sto
     Ok(JobId(id))
 }
 
-fn insert_delivery(
+/// One pending delivery per channel; the session channels after the first stand by, each for
+/// the one before it (the wake chain, `Channel` says why).
+fn insert_deliveries(
     tx: &rusqlite::Transaction<'_>,
     job: JobId,
-    channel: &Channel,
+    workflow: Option<u64>,
+    channels: &[Channel],
     at: Millis,
 ) -> Result<(), StoreError> {
-    tx.prepare_cached(
-        "INSERT INTO deliveries (job_id, channel, state, next_at) VALUES (?1, ?2, 'pending', ?3)",
-    )?
-    .execute(params![job.0 as i64, json(channel), at])?;
+    let mut previous_link: Option<i64> = None;
+    for channel in channels {
+        let after = if channel.is_session() {
+            previous_link
+        } else {
+            None
+        };
+        let state = if after.is_some() {
+            DeliveryState::Standby
+        } else {
+            DeliveryState::Pending
+        };
+        tx.prepare_cached(
+            "INSERT INTO deliveries (job_id, channel, state, next_at, workflow_id, after_id) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![
+            job.0 as i64,
+            json(channel),
+            state.as_str(),
+            at,
+            workflow.map(|w| w as i64),
+            after
+        ])?;
+        if channel.is_session() {
+            previous_link = Some(tx.last_insert_rowid());
+        }
+    }
+    Ok(())
+}
+
+/// Moves a wake chain on after link `id` settled as `state` (see `record_delivery`).
+fn advance_chain(
+    tx: &rusqlite::Transaction<'_>,
+    id: i64,
+    state: DeliveryState,
+    now: Millis,
+) -> Result<(), StoreError> {
+    if state == DeliveryState::Delivered {
+        // Every link after this one, however far down the chain.
+        tx.prepare_cached(
+            "WITH RECURSIVE later(id) AS ( \
+                 SELECT id FROM deliveries WHERE after_id = ?1 \
+                 UNION SELECT d.id FROM deliveries d JOIN later ON d.after_id = later.id) \
+             UPDATE deliveries SET state = 'unneeded', error = NULL \
+             WHERE id IN (SELECT id FROM later) AND state = 'standby'",
+        )?
+        .execute(params![id])?;
+    } else if state.passes_on() {
+        tx.prepare_cached(
+            "UPDATE deliveries SET state = 'pending', next_at = ?1 \
+             WHERE after_id = ?2 AND state = 'standby'",
+        )?
+        .execute(params![now, id])?;
+    }
     Ok(())
 }
 
@@ -1196,6 +1369,116 @@ mod tests {
             task: None,
             critical_path: 0,
         }
+    }
+
+    /// The states of a job's deliveries, by channel kind, in order.
+    fn chain_states(store: &Store, job: JobId) -> Vec<(&'static str, &'static str)> {
+        store
+            .deliveries(job)
+            .unwrap()
+            .iter()
+            .map(|d| (d.channel.kind(), d.state.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_wake_chain_uses_each_link_only_if_the_one_before_did_not_wake() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
+        let claude = Channel::Claude {
+            socket: "/s".into(),
+            token: "t".into(),
+            session: Some("s".into()),
+            inbound: None,
+        };
+        let tmux = Channel::Tmux {
+            pane: "%1".into(),
+            server: None,
+        };
+        let file = Channel::File {
+            path: "/tmp/inbox.md".into(),
+        };
+        let channels = [claude, tmux, file];
+        let end = |store: &mut Store| {
+            let job = store.insert(&new_job(&["true"])).unwrap();
+            let ending = Ending {
+                state: JobState::Succeeded,
+                exit_code: Some(0),
+                signal: None,
+                reason: None,
+                at: 10,
+            };
+            store.mark_ended(job.id, &ending, &channels).unwrap();
+            let ids: Vec<i64> = store
+                .deliveries(job.id)
+                .unwrap()
+                .iter()
+                .map(|d| d.id)
+                .collect();
+            (job.id, ids)
+        };
+        // The first link and the file are sent; the tmux link stands by.
+        let (woken, ids) = end(&mut store);
+        assert_eq!(
+            chain_states(&store, woken),
+            [
+                ("claude", "pending"),
+                ("tmux", "standby"),
+                ("file", "pending")
+            ]
+        );
+        assert!(store.has_standby_after(ids[0]).unwrap());
+        assert_eq!(store.due_deliveries(10, 10).unwrap().len(), 2);
+        store
+            .record_delivery(ids[0], DeliveryState::Delivered, 11, None, 11)
+            .unwrap();
+        assert_eq!(
+            chain_states(&store, woken),
+            [
+                ("claude", "delivered"),
+                ("tmux", "unneeded"),
+                ("file", "pending")
+            ]
+        );
+        // A link that passes on (held, noted, gone, failed) hands over to the next one, at once.
+        let (passed, ids) = end(&mut store);
+        store
+            .record_delivery(ids[0], DeliveryState::Held, 12, Some("bypass"), 12)
+            .unwrap();
+        assert_eq!(
+            chain_states(&store, passed),
+            [("claude", "held"), ("tmux", "pending"), ("file", "pending")]
+        );
+        // A settled row is never overwritten (the outbox's late look after the hook's word).
+        store
+            .record_delivery(ids[0], DeliveryState::Delivered, 13, None, 13)
+            .unwrap();
+        assert_eq!(chain_states(&store, passed)[0], ("claude", "held"));
+        // The hook takes the inbox's place: what stood by for the inbox stands by for it.
+        let (hooked, ids) = end(&mut store);
+        store
+            .correct_delivery(ids[0], DeliveryState::Held, "bypass")
+            .unwrap();
+        let hook = Channel::ClaudeHook {
+            session: "s".into(),
+            pid: 1,
+            started: 1,
+        };
+        let link = store
+            .insert_chain_link(hooked, None, Some(ids[0]), &hook, 14)
+            .unwrap();
+        store
+            .record_delivery(link, DeliveryState::Delivered, 15, None, 15)
+            .unwrap();
+        assert_eq!(
+            chain_states(&store, hooked),
+            [
+                ("claude", "held"),
+                ("tmux", "unneeded"),
+                ("file", "pending"),
+                ("claude-hook", "delivered")
+            ]
+        );
     }
 
     #[test]

@@ -140,6 +140,10 @@ const MIGRATIONS: &[&str] = &[
     // the first one queued.
     "ALTER TABLE jobs ADD COLUMN request_id TEXT;
     CREATE UNIQUE INDEX jobs_request ON jobs (owner_uid, request_id) WHERE request_id IS NOT NULL;",
+    // 10: a job's session channels form one wake chain (issue 13): each later link stands by
+    // for the one before it (`after_id`) and is used only if that one did not wake the session.
+    "ALTER TABLE deliveries ADD COLUMN after_id INTEGER;
+    CREATE INDEX deliveries_after ON deliveries (after_id) WHERE after_id IS NOT NULL;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

@@ -3,8 +3,12 @@
 //! call queued have ended, then exits 2 with a doorbell and their reports on stderr, which wakes
 //! the model in that session. Any other tool call makes it exit 0 at once.
 //!
-//! It is the wake-up path for Claude Code versions without the inbox socket: a job that already
-//! has the `claude` inbox channel is left to it, so a session never gets the report twice.
+//! It is the wake-up path wherever the inbox socket cannot start a turn: Claude Code versions
+//! without it, and sessions that would hold or refuse baton's message (bypass-permissions mode,
+//! which the hook's stdin says, or `crossSessionInbound` in the settings files). The hook
+//! claims such jobs from the daemon first: their `claude` channel is then marked held or
+//! refused, and the later links of their wake chain (tmux) stand by for the hook, so that the
+//! session is woken once. A job whose inbox works is left to it.
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -25,6 +29,12 @@ struct HookInput {
     tool_input: serde_json::Value,
     #[serde(default)]
     tool_response: serde_json::Value,
+    /// `default`, `acceptEdits`, `plan`, `bypassPermissions`… as of this tool call.
+    #[serde(default)]
+    permission_mode: Option<String>,
+    /// The session's working directory: where the project's settings files are.
+    #[serde(default)]
+    cwd: Option<String>,
 }
 
 /// Claude Code shows about this much of a hook's output to the model.
@@ -56,22 +66,24 @@ fn wait(_args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let client = client();
-    // Only this session's own jobs, and only those the inbox socket will not deliver.
-    let session = hook.session_id.as_deref().map(|s| format!("claude:{s}"));
-    let jobs = match client.list(&ids, false) {
-        Ok(jobs) => jobs,
+    let Some(session) = hook.session_id.clone() else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let inbound = crate::notify::claude::inbound_for_hook(
+        hook.permission_mode.as_deref(),
+        hook.cwd.as_deref().map(std::path::Path::new),
+    );
+    // Only this session's own jobs, and only those the inbox socket will not wake it for: the
+    // daemon decides, and records that this hook delivers them.
+    let claims = match client.hook_claim(&crate::api::HookClaimRequest {
+        ids,
+        session,
+        inbound,
+    }) {
+        Ok(resp) => resp.claims,
         Err(_) => return Ok(ExitCode::SUCCESS),
     };
-    let ids: Vec<u64> = jobs
-        .iter()
-        .filter(|j| session.is_none() || j.session == session)
-        .filter(|j| {
-            !j.notify
-                .iter()
-                .any(|c| c == "claude" || c.starts_with("claude:"))
-        })
-        .map(|j| j.id)
-        .collect();
+    let ids: Vec<u64> = claims.iter().filter(|c| c.claimed).map(|c| c.id).collect();
     if ids.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
@@ -114,6 +126,9 @@ fn wait(_args: Args) -> anyhow::Result<ExitCode> {
             text.push_str(&entry);
         }
     }
+    // Recorded just before the report goes out, as the inbox socket's delivery is recorded once
+    // written: from here on nothing else wakes the session for these jobs.
+    let _ = client.hook_delivered(&ids);
     eprint!("{}", crate::cli::output::terminal_safe(&text));
     // Exit 2 is what makes an asyncRewake hook wake the model with our stderr.
     Ok(ExitCode::from(2))

@@ -5,6 +5,7 @@ mod audit;
 mod cancel;
 mod events;
 mod gpus;
+mod hook;
 mod info;
 mod list;
 mod logs;
@@ -36,6 +37,8 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/jobs/{id}/report", get(report::handle))
         .route("/wait", post(wait::handle))
         .route("/cancel", post(cancel::handle))
+        .route("/hook/claim", post(hook::claim))
+        .route("/hook/delivered", post(hook::delivered))
         .route("/gpus", get(gpus::handle))
         .route("/audit", get(audit::handle))
         .route("/stats", get(stats::handle))
