@@ -77,14 +77,6 @@ fn process_group(pid: u32) -> Option<i32> {
     rest.split(' ').nth(2)?.parse().ok()
 }
 
-/// The children of `pid`.
-pub fn children(pid: u32) -> Vec<u32> {
-    all_pids()
-        .into_iter()
-        .filter(|&p| parent(p) == Some(pid))
-        .collect()
-}
-
 pub fn all_pids() -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();

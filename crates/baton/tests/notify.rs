@@ -1009,11 +1009,22 @@ fn a_live_codex_session_gets_the_report_queued_and_a_dead_one_falls_back() {
     let b = Baton::start(1);
     let thread = "0199a213-81c0-7800-8aa1-bbab2a035a53";
     let (home, rollout) = codex_home(&b.root, thread);
-    // The "session": a live process holding the rollout file open, as Codex does.
+    // Stand-ins named `codex`, as the real binary is (baton looks at /proc/PID/exe).
+    let stand_in = |program: &str| {
+        let dir = b.root.join(format!("stand-in-{program}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = dir.join("codex");
+        std::fs::copy(program, &copy).unwrap();
+        copy
+    };
+    let sleep_as_codex = stand_in("/bin/sleep");
+    let bash_as_codex = stand_in("/bin/bash");
+    // The "session": a TUI running without the daemon holds its rollout file open.
     let mut session = Command::new("sh")
         .arg("-c")
-        .arg("exec 3<\"$0\"; exec sleep 300")
+        .arg("exec 3<\"$0\"; exec \"$1\" 300")
         .arg(&rollout)
+        .arg(&sleep_as_codex)
         .spawn()
         .unwrap();
     let submit_in_codex = |thread: &str| {
@@ -1057,6 +1068,46 @@ fn a_live_codex_session_gets_the_report_queued_and_a_dead_one_falls_back() {
         &b.home.join("inbox.md"),
         &format!("[end of baton report for job {late}]"),
     );
+
+    // Codex's managed app-server daemon holds the file and outlives the TUI: with no TUI on
+    // that home, the session is over even though the file is held.
+    let mut daemon = Command::new(&bash_as_codex)
+        .args(["-c", "exec 3<\"$1\"; sleep 300; :", "app-server"])
+        .arg(&rollout)
+        .spawn()
+        .unwrap();
+    let orphaned = submit_in_codex(thread);
+    b.wait_ok(&[orphaned]);
+    let deliveries = settled_deliveries(&b, orphaned);
+    assert_eq!(deliveries[0]["state"], "skipped", "{deliveries:#?}");
+    assert!(
+        deliveries[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("only its background app-server"),
+        "{deliveries:#?}"
+    );
+    // A TUI on that home (a `codex` on a terminal) brings the session back.
+    if require("tmux") {
+        let server = TmuxServer {
+            socket: b.root.join("tmux.sock"),
+        };
+        server.tmux(&[
+            "new-session",
+            "-d",
+            "-e",
+            &format!("CODEX_HOME={}", home.display()),
+            &sleep_as_codex.display().to_string(),
+            "300",
+        ]);
+        let watched = submit_in_codex(thread);
+        b.wait_ok(&[watched]);
+        let deliveries = settled_deliveries(&b, watched);
+        assert_eq!(deliveries[0]["state"], "delivered", "{deliveries:#?}");
+        assert_eq!(queued_codex_messages(&home).len(), 2);
+    }
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
 
     // A thread Codex never had: refused by codex itself, and the inbox still gets it.
     let unknown = submit_in_codex("0199a213-0000-7000-8000-000000000000");

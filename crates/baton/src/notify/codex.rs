@@ -1,8 +1,21 @@
 //! `codex[:THREAD]`: `codex queue --thread THREAD --message TEXT`, which wakes an idle Codex
 //! session with the message. `codex queue` refuses a thread that has no session file but does not
-//! check that the session is still running (checked on 0.171.0), so we do: some live process must
-//! hold the thread's rollout file open. A thread whose session is over is `Gone`, and the report
-//! goes to the inbox file instead.
+//! check that the session is still running (checked on 0.171.0), so we do.
+//!
+//! "The session is alive" means a Codex TUI still runs for the thread, where a person or agent
+//! sees the turn. It is not "some process holds the thread's rollout file open": by default the
+//! TUI starts a managed `codex app-server` daemon, which holds the file, runs the turns, and
+//! outlives the TUI (it unloads an idle thread about 60 s later); a message queued after `/quit`
+//! would run there with nobody watching. So (see docs/agents.md):
+//! - a `codex` process other than the app-server holds the rollout: a TUI running without the
+//!   daemon (`--disable daemon_auto_start`): alive;
+//! - only the app-server holds it: alive if a Codex TUI (a `codex` process on a terminal, with no
+//!   subcommand) runs on the same `CODEX_HOME`; with several TUIs on one home this cannot be told
+//!   per thread, so a thread whose TUI quit less than a minute ago may still count;
+//! - nobody holds it: the session is over.
+//!
+//! A thread whose session is over is `Gone`, and the next channel (or the inbox file) takes the
+//! report.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -18,10 +31,9 @@ pub async fn deliver(thread: &str, msg: &Message) -> Outcome {
             home.display()
         ));
     };
-    if !held_open(&rollout) {
+    if let Err(why) = session_alive(&rollout, &home) {
         return Outcome::Gone(format!(
-            "the Codex session of thread {thread} has ended (no running process has {} open)",
-            rollout.display()
+            "the Codex session of thread {thread} has ended: {why}"
         ));
     }
     // Found through the submitter's PATH, as the submitter would run it.
@@ -91,30 +103,118 @@ fn find_rollout(sessions: &Path, thread: &str) -> Option<PathBuf> {
     None
 }
 
-/// Whether any process we can see has `file` open (`/proc/PID/fd/*` links to it).
-fn held_open(file: &Path) -> bool {
-    let target = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    for proc_entry in procs.flatten() {
-        let name = proc_entry.file_name();
-        if !name
-            .to_str()
-            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        {
-            continue;
-        }
-        let Ok(fds) = std::fs::read_dir(proc_entry.path().join("fd")) else {
+/// Whether a Codex TUI still shows the thread whose rollout is `rollout` (the module's comment
+/// says how that is told); the error says why not.
+fn session_alive(rollout: &Path, home: &Path) -> Result<(), String> {
+    let target = rollout
+        .canonicalize()
+        .unwrap_or_else(|_| rollout.to_path_buf());
+    let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
+    let mut held_by_daemon = false;
+    let mut tui_on_home = false;
+    for pid in crate::procinfo::all_pids() {
+        let Some(args) = crate::procinfo::cmdline(pid) else {
             continue;
         };
-        for fd in fds.flatten() {
-            if std::fs::read_link(fd.path()).is_ok_and(|link| link == target) {
-                return true;
+        let native = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .is_some_and(|exe| exe.file_name().is_some_and(|n| n == "codex"));
+        if !native {
+            continue;
+        }
+        let daemon = args.iter().any(|a| a == "app-server");
+        if holds(pid, &target) {
+            if !daemon {
+                return Ok(());
             }
+            held_by_daemon = true;
+        }
+        if !daemon && is_tui(pid, &args) && codex_home_of(pid).as_deref() == Some(&*home) {
+            tui_on_home = true;
         }
     }
+    match (held_by_daemon, tui_on_home) {
+        (true, true) => Ok(()),
+        (true, false) => Err(format!(
+            "no Codex TUI runs on {}; only its background app-server still has the thread \
+             loaded, and a turn it ran would be seen by nobody",
+            home.display()
+        )),
+        _ => Err(format!("no running process has {} open", rollout.display())),
+    }
+}
+
+/// Whether this process runs under Codex's managed app-server daemon (a command its model ran).
+/// The daemon's environment, and so ours, is that of whichever TUI started it: its `TMUX_PANE`
+/// may be another session's pane, or a pane that no longer exists.
+pub fn under_app_server() -> bool {
+    let mut pid = std::process::id();
+    for _ in 0..64 {
+        let Some(parent) = crate::procinfo::parent(pid) else {
+            return false;
+        };
+        let native = std::fs::read_link(format!("/proc/{parent}/exe"))
+            .ok()
+            .is_some_and(|exe| exe.file_name().is_some_and(|n| n == "codex"));
+        if native
+            && crate::procinfo::cmdline(parent).is_some_and(|a| a.iter().any(|a| a == "app-server"))
+        {
+            return true;
+        }
+        pid = parent;
+    }
     false
+}
+
+/// Whether `pid` has `file` open.
+fn holds(pid: u32, file: &Path) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|link| link == file))
+}
+
+/// Codex subcommands that are not the interactive TUI.
+const NOT_TUI: &[&str] = &[
+    "app-server",
+    "exec",
+    "e",
+    "queue",
+    "mcp",
+    "mcp-server",
+    "login",
+    "logout",
+    "apply",
+    "sandbox",
+    "debug",
+    "completion",
+    "cloud",
+    "features",
+];
+
+/// A Codex TUI: a terminal on its stdin, and no subcommand that is something else.
+fn is_tui(pid: u32, args: &[String]) -> bool {
+    let on_terminal =
+        std::fs::read_link(format!("/proc/{pid}/fd/0")).is_ok_and(|t| t.starts_with("/dev/pts/"));
+    let subcommand = args[1..].iter().find(|a| !a.starts_with('-'));
+    on_terminal && !subcommand.is_some_and(|s| NOT_TUI.contains(&s.as_str()))
+}
+
+/// The `CODEX_HOME` a Codex process runs with (default `$HOME/.codex`).
+fn codex_home_of(pid: u32) -> Option<PathBuf> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let var = |name: &str| {
+        environ.split(|&b| b == 0).find_map(|kv| {
+            let kv = std::str::from_utf8(kv).ok()?;
+            kv.strip_prefix(name)?.strip_prefix('=').map(str::to_string)
+        })
+    };
+    let home = var("CODEX_HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| var("HOME").map(|h| Path::new(&h).join(".codex")))?;
+    Some(home.canonicalize().unwrap_or(home))
 }
 
 fn find_in_path(program: &str, path: &str) -> Option<PathBuf> {
@@ -145,10 +245,22 @@ mod tests {
             Some(file.clone())
         );
         assert_eq!(find_rollout(&dir.path().join("sessions"), "other"), None);
-        assert!(!held_open(&file));
+        let me = std::process::id();
+        assert!(!holds(me, &file));
         let held = std::fs::File::open(&file).unwrap();
-        assert!(held_open(&file));
+        assert!(holds(me, &file));
+        // Held by a process that is not Codex: no session.
+        assert!(session_alive(&file, dir.path()).is_err());
         drop(held);
-        assert!(!held_open(&file));
+        assert!(!holds(me, &file));
+    }
+
+    #[test]
+    fn only_an_interactive_codex_counts_as_a_tui() {
+        let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // This test's stdin is no terminal, so even a bare `codex` is not a TUI here.
+        let me = std::process::id();
+        assert!(!is_tui(me, &args(&["codex"])));
+        assert!(NOT_TUI.contains(&"app-server") && NOT_TUI.contains(&"queue"));
     }
 }

@@ -10,7 +10,7 @@
 
 pub mod claude;
 mod cmd;
-mod codex;
+pub mod codex;
 mod file;
 pub mod spec;
 mod tmux;
