@@ -52,14 +52,13 @@ def text_of(content):
 
 
 def latest_anthropic(body):
-    """The user messages after the model's last answer: new text and tool results (Claude Code
-    also puts `system` messages in between, which are left out)."""
+    """The messages after the model's last answer: new user text and tool results, and the
+    `system` messages Claude Code puts in between (a message that came in during a tool call)."""
     tail = []
     for message in reversed(body.get("messages") or []):
         if message.get("role") == "assistant":
             break
-        if message.get("role") == "user":
-            tail.append(text_of(message.get("content")))
+        tail.append(text_of(message.get("content")))
     return "\n".join(reversed(tail))
 
 
