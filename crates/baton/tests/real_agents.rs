@@ -21,8 +21,10 @@ use std::time::{Duration, Instant};
 use common::{BIN, Baton, millis, run_cmd};
 use serde_json::{Value, json};
 
-/// How long an agent may take to start, answer a prompt, or be woken.
+/// How long an agent may take to start or to answer a prompt.
 const SLOW: Duration = Duration::from_secs(90);
+/// How long a report may take to wake the agent after the job ended (Codex took up to ~10 s).
+const WAKE: Duration = Duration::from_secs(45);
 /// After the first report-carrying request: long enough for a second delivery to show up if one
 /// were coming (tmux types ~600 ms after a delivery; Codex picks queued input up within ~4 s).
 const QUIET: Duration = Duration::from_secs(8);
@@ -582,7 +584,7 @@ impl Session {
     /// Waits for the first request carrying the report, then a quiet time more for a second
     /// one; returns them all.
     fn wait_wakes(&self, id: u64, ended: i64) -> Vec<Request> {
-        let until = Instant::now() + SLOW;
+        let until = Instant::now() + WAKE;
         while self.wakes(id, ended).is_empty() && Instant::now() < until {
             std::thread::sleep(POLL);
         }
