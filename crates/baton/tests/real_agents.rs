@@ -37,7 +37,7 @@ const POLL: Duration = Duration::from_millis(50);
 // Which CLIs are installed
 // ---------------------------------------------------------------------------------------------
 
-/// Whether `program --version` runs.
+/// Whether `program` can be started at all (`-V`: every one of them answers it quickly).
 fn have(program: &str) -> bool {
     Command::new(program)
         .arg("-V")
@@ -655,10 +655,11 @@ impl Session {
         for w in wakes {
             // How the report came in: the start of the turn's text.
             let at = w.latest.find("[baton] job").unwrap_or(0);
-            let head: String = w.latest[at.saturating_sub(60)..]
-                .chars()
-                .take(100)
-                .collect();
+            let from = (0..=at.saturating_sub(60))
+                .rev()
+                .find(|&i| w.latest.is_char_boundary(i))
+                .unwrap_or(0);
+            let head: String = w.latest[from..].chars().take(100).collect();
             eprintln!("[{scenario}]   +{} ms: {head:?}", w.time as i64 - ended);
         }
     }
