@@ -738,7 +738,9 @@ fn a_tmux_pane_running_an_agent_gets_the_report_typed_in_once() {
     );
     assert!(got.contains("loss=0.07"), "{got}");
 
-    // A pane that has closed: the delivery is skipped and the inbox file has the report.
+    // A pane that has closed, on a server that still runs (tmux then answers for it with an
+    // empty line, no error): the delivery is skipped and the inbox file has the report.
+    server.tmux(&["new-session", "-d", "sleep", "300"]);
     server.tmux(&["kill-pane", "-t", &pane]);
     let gone = submit_in_pane(&b, &server, &pane, "true");
     b.wait_ok(&[gone]);

@@ -346,7 +346,7 @@ const CLAUDE_KEY: &str = "sk-ant-test-0123456789abcdefghijklmnop";
 /// First-run state for Claude Code in `home`: onboarding done, the key approved, the project
 /// trusted, Bash allowed in the plain "default" permission mode (the default "auto" mode asks a
 /// server), and bypass mode accepted.
-fn seed_claude(home: &Path, project: &Path) {
+fn seed_claude(home: &Path, project: &Path, refuse_inbound: bool) {
     std::fs::create_dir_all(home.join(".claude")).unwrap();
     let approved = &CLAUDE_KEY[CLAUDE_KEY.len() - 20..];
     let state = json!({
@@ -358,7 +358,10 @@ fn seed_claude(home: &Path, project: &Path) {
         "bypassPermissionsModeAccepted": true,
     });
     std::fs::write(home.join(".claude.json"), state.to_string()).unwrap();
-    let settings = json!({"permissions": {"allow": ["Bash"], "defaultMode": "default"}});
+    let mut settings = json!({"permissions": {"allow": ["Bash"], "defaultMode": "default"}});
+    if refuse_inbound {
+        settings["crossSessionInbound"] = json!("refuse");
+    }
     std::fs::write(home.join(".claude/settings.json"), settings.to_string()).unwrap();
 }
 
@@ -423,6 +426,11 @@ struct Options {
     hook: bool,
     /// Hide tmux from the agent (`TMUX`, `TMUX_PANE` unset), so no tmux channel exists.
     outside_tmux: bool,
+    /// `crossSessionInbound = "refuse"` in Claude Code's user settings.
+    refuse_inbound: bool,
+    /// Let Codex start its managed app-server daemon (the default; the first start copies its
+    /// binary into `$CODEX_HOME/packages/`, about 12 s).
+    codex_daemon: bool,
 }
 
 /// A real agent TUI in a tmux pane, its fake model, and a baton daemon. Dropping it kills the
@@ -454,7 +462,7 @@ impl Session {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
         let model = FakeModel::start(&b.root, &steps);
-        seed_claude(&home, &work);
+        seed_claude(&home, &work, opts.refuse_inbound);
         seed_codex(&codex_home, &work, model.port);
         if opts.hook {
             let mut setup = b.cmd(["agent", "setup", "claude"]);
@@ -505,7 +513,10 @@ impl Session {
                 "claude"
             }
             Agent::Codex => {
-                command.extend([native.as_str(), "--disable", "daemon_auto_start"]);
+                command.push(native.as_str());
+                if !opts.codex_daemon {
+                    command.extend(["--disable", "daemon_auto_start"]);
+                }
                 "codex"
             }
             Agent::CodexViaNode => {
@@ -789,6 +800,7 @@ fn claude_code_is_woken_once_by_the_hook_when_its_inbox_is_not_asked_for() {
     let opts = Options {
         hook: true,
         outside_tmux: true,
+        ..Options::default()
     };
     let notify = ["file:hook-inbox.md"];
     let (s, id) = session_with_job(Agent::Claude { bypass: false }, &notify, opts, &[]);
@@ -825,11 +837,49 @@ fn claude_code_in_bypass_mode_is_woken_once_by_the_hook() {
     let opts = Options {
         hook: true,
         outside_tmux: true,
+        ..Options::default()
     };
     let (s, id) = session_with_job(Agent::Claude { bypass: true }, &[], opts, &[]);
     let (_, wakes, deliveries) = release_and_watch(&s, "claude bypass, hook", id);
     assert_woken_once(id, &wakes, &deliveries);
     assert_state(&deliveries, "claude:", "held");
+    assert_state(&deliveries, "claude-hook:", "delivered");
+}
+
+#[test]
+fn claude_code_in_bypass_mode_without_the_hook_is_woken_once_through_tmux() {
+    if !require(&["tmux", "claude", "python3"]) {
+        return;
+    }
+    // Known at submit (the session's command line): the inbox would only hold the message, so
+    // nothing is sent there and the pane is typed into instead.
+    let (s, id) = session_with_job(
+        Agent::Claude { bypass: true },
+        &[],
+        Options::default(),
+        &[],
+    );
+    let (_, wakes, deliveries) = release_and_watch(&s, "claude bypass in tmux, no hook", id);
+    assert_woken_once(id, &wakes, &deliveries);
+    assert_state(&deliveries, "claude:", "held");
+    assert_state(&deliveries, "tmux:", "delivered");
+}
+
+#[test]
+fn claude_code_that_refuses_inbound_messages_is_woken_once_by_the_hook() {
+    if !require(&["tmux", "claude", "python3"]) {
+        return;
+    }
+    let opts = Options {
+        hook: true,
+        outside_tmux: true,
+        refuse_inbound: true,
+        ..Options::default()
+    };
+    let (s, id) = session_with_job(Agent::Claude { bypass: false }, &[], opts, &[]);
+    let (_, wakes, deliveries) = release_and_watch(&s, "claude refuses inbound, hook", id);
+    assert_woken_once(id, &wakes, &deliveries);
+    assert_state(&deliveries, "claude:", "refused");
     assert_state(&deliveries, "claude-hook:", "delivered");
 }
 
@@ -947,6 +997,52 @@ fn codex_behind_the_npm_launcher_gets_the_report_typed_in_once() {
     let (_, wakes, deliveries) = release_and_watch(&s, "codex via node, tmux", id);
     assert_woken_once(id, &wakes, &deliveries);
     assert_state(&deliveries, "tmux:", "delivered");
+}
+
+#[test]
+fn codex_with_its_app_server_daemon_is_woken_once_while_its_tui_runs() {
+    if !require(&["tmux", "codex", "python3"]) {
+        return;
+    }
+    // By default the TUI's turns run in the managed daemon, which holds the thread's file.
+    let opts = Options {
+        codex_daemon: true,
+        ..Options::default()
+    };
+    let (s, id) = session_with_job(Agent::Codex, &[], opts, &[]);
+    let (_, wakes, deliveries) = release_and_watch(&s, "codex with daemon, auto", id);
+    assert_woken_once(id, &wakes, &deliveries);
+    assert_state(&deliveries, "codex:", "delivered");
+    // The job's command ran under the daemon, whose TMUX_PANE is that of whichever TUI started
+    // it (possibly another session's pane): baton takes no tmux channel from it.
+    assert!(
+        !deliveries
+            .iter()
+            .any(|d| d["channel"].as_str().unwrap_or("").starts_with("tmux:")),
+        "{deliveries:#?}"
+    );
+}
+
+#[test]
+fn codex_whose_tui_quit_while_its_daemon_lives_on_gets_no_turn() {
+    if !require(&["tmux", "codex", "python3"]) {
+        return;
+    }
+    let opts = Options {
+        codex_daemon: true,
+        ..Options::default()
+    };
+    let (s, id) = session_with_job(Agent::Codex, &[], opts, &[]);
+    s.quit();
+    // The daemon still has the thread loaded (for about a minute): a queued message would run
+    // there, seen by nobody. baton counts the session as over.
+    assert_ended_session_gets_nothing(&s, "codex quit, daemon alive", id);
+    let deliveries = s.settled_deliveries(id);
+    let d = Session::delivery(&deliveries, "codex:");
+    assert!(
+        d["error"].as_str().unwrap_or("").contains("app-server"),
+        "{d:#?}"
+    );
 }
 
 #[test]

@@ -165,7 +165,7 @@ pub async fn deliver(pane: &str, server: Option<&str>, msg: &Message) -> Outcome
             "-p",
             "-t",
             pane,
-            "#{pane_pid} #{pane_current_command}",
+            "#{pane_id} #{pane_pid} #{pane_current_command}",
         ])
         .await
     {
@@ -181,7 +181,17 @@ pub async fn deliver(pane: &str, server: Option<&str>, msg: &Message) -> Outcome
         }
         Err(e) => return Outcome::Failed(e),
     };
-    let (pane_pid, current_command) = foreground.split_once(' ').unwrap_or(("", &foreground));
+    // A pane that has closed, on a server that still runs, is no error to tmux: it prints an
+    // empty line (tmux 3.3). Only the pane's own id says it is still there.
+    let mut fields = foreground.splitn(3, ' ');
+    let (pane_id, pane_pid, current_command) = (
+        fields.next().unwrap_or(""),
+        fields.next().unwrap_or(""),
+        fields.next().unwrap_or(""),
+    );
+    if pane_id.is_empty() || (pane.starts_with('%') && pane_id != pane) {
+        return Outcome::Gone(format!("tmux pane {pane} is gone"));
+    }
     if !pane_runs_agent(current_command, pane_pid.parse().ok()) {
         let note = format!(
             "baton: job {} ended ({}); report at {}",
