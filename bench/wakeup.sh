@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Wake-up latency: from a job's exit to its report arriving through a channel, over JOBS jobs,
-# for `cmd:` and for a real tmux pane; then the cost of the report for a job that printed 1 GB.
-# See docs/benchmarks.md for what is measured and the recorded results.
+# for `cmd:` and for a real tmux pane; then the cost of the report for a job that printed 1 GB;
+# then, with the real Claude Code and Codex TUIs installed, from a job's end to the new model
+# turn that carries its report, per wake-up path (the scenarios of tests/real_agents.rs, run
+# AGENT_RUNS times). See docs/benchmarks.md for what is measured and the recorded results.
 #
-#   bench/wakeup.sh                 # JOBS=100, both channels, then the 1 GB report
-#   JOBS=20 SKIP_BIG=1 bench/wakeup.sh
+#   bench/wakeup.sh                 # JOBS=100, both channels, the 1 GB report, the real agents
+#   JOBS=20 SKIP_BIG=1 SKIP_AGENTS=1 bench/wakeup.sh
 #
 # Timing: each job's last act is to write its own clock (date +%s%N) to a file, then exit; the
 # channel's receiver writes its clock when the report arrives. Latency = arrival - exit, both on
@@ -13,6 +15,8 @@ set -euo pipefail
 
 JOBS=${JOBS:-100}
 SKIP_BIG=${SKIP_BIG:-0}
+SKIP_AGENTS=${SKIP_AGENTS:-0}
+AGENT_RUNS=${AGENT_RUNS:-3}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BATON=${BATON:-$root/target/release/baton}
 [ -x "$BATON" ] || (cd "$root" && cargo build --release -p baton-gpu >&2)
@@ -60,8 +64,10 @@ mkdir -p "$work/cmd"
 measure "cmd:date +%s%N > $work/cmd/\$BATON_JOB_ID" "$work/cmd" cmd
 
 # A pane whose program timestamps each report's end marker as it arrives (the paste), by job id.
+# It is named `claude` (run as `python3 .../claude`, as npm launchers run agents): baton types only
+# into panes that run an agent.
 mkdir -p "$work/tmux"
-cat >"$work/reader.py" <<'PY'
+cat >"$work/claude" <<'PY'
 import os, re, sys, time, termios
 # Raw input, no echo: bytes arrive as tmux pastes them, as an agent's TUI reads them.
 fd = sys.stdin.fileno()
@@ -78,11 +84,12 @@ while True:
             with open(path, "w") as f:
                 f.write(str(now))
 PY
-tmux -S "$work/tmux.sock" new-session -d -x 200 -y 50 python3 "$work/reader.py" "$work/tmux"
+python=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')
+tmux -S "$work/tmux.sock" new-session -d -x 200 -y 50 "$python" "$work/claude" "$work/tmux"
 pane=$(tmux -S "$work/tmux.sock" display-message -p '#{pane_id}')
 # Until the reader runs, the pane's foreground is a shell, which baton never types into.
 for _ in $(seq 500); do
-    [ "$(tmux -S "$work/tmux.sock" display-message -p -t "$pane" '#{pane_current_command}')" = python3 ] && break
+    [ "$(tmux -S "$work/tmux.sock" display-message -p -t "$pane" '#{pane_current_command}')" = "$(basename "$python")" ] && break
     sleep 0.01
 done
 export TMUX="$work/tmux.sock,1,0" TMUX_PANE=$pane
@@ -104,4 +111,25 @@ raise ValueError('diverged')" 2>/dev/null)
     size=$(stat -c %s "$BATON_HOME/jobs/$id/stdout")
     built=$(grep "job=$id " "$work/daemon.log" | grep -o 'build_ms=[0-9.]*' | tail -1)
     echo "1 GiB report: stdout $((size >> 20)) MiB; $built; daemon peak RSS ${before} kB -> ${after} kB; report $(wc -c <"$BATON_HOME/jobs/$id/report.md") bytes"
+fi
+
+if [ "$SKIP_AGENTS" != 1 ]; then
+    if ! command -v claude >/dev/null || ! command -v codex >/dev/null; then
+        echo "real agents: skipped (claude or codex is not installed; .ci/run installs them)"
+    else
+        # Each scenario logs "[scenario] job N: ... delays from ended_at [MS] ms"; collected over
+        # AGENT_RUNS runs of the test binary (real TUIs, a fake model server, tmux).
+        echo "real agents ($(claude --version 2>/dev/null | head -1); codex $(codex --version 2>/dev/null | awk '{print $NF}')), $AGENT_RUNS runs:"
+        : >"$work/agents.log"
+        for _ in $(seq "$AGENT_RUNS"); do
+            (cd "$root" && cargo test -q -p baton-gpu --test real_agents -- --nocapture --test-threads=2) \
+                >>"$work/agents.log" 2>&1 || { echo "the real-agent tests failed:" >&2; tail -30 "$work/agents.log" >&2; exit 1; }
+        done
+        grep -o '^\[[^]]*\] job [0-9]*: [0-9]* report-carrying request(s), delays from ended_at \[[0-9, ]*\]' "$work/agents.log" |
+            sed -E 's/^\[([^]]*)\].*\[([0-9, ]*)\]$/\1|\2/' |
+            awk -F'|' '$2 != "" { split($2, d, ", "); n[$1]++; v[$1, n[$1]] = d[1] }
+                END { for (k in n) { m = n[k]; for (i = 1; i <= m; i++) a[i] = v[k, i]
+                        for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                        printf "  %-36s n=%d min=%d ms median=%d ms max=%d ms\n", k, m, a[1], a[int((m + 1) / 2)], a[m] } }' | sort
+    fi
 fi

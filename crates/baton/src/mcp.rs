@@ -61,8 +61,9 @@ fn instructions(context: &AgentContext) -> String {
             "baton queues GPU jobs and reports on each when it ends. This session has no \
              channel baton can wake (it is not a Claude Code session with an inbox, a Codex \
              thread or a tmux pane), so a report will not come to you by itself: after \
-             submit_job, run `baton wait ID` in the background with your shell tool (it returns \
-             when the job ends, with its report), or call wait_for_jobs. {common}"
+             submit_job, run `baton wait ID --exit-zero` in the background with your shell tool \
+             (it returns when the job ends, with its report; its last line says how the job \
+             ended), or call wait_for_jobs. {common}"
         )
     }
 }
@@ -580,7 +581,7 @@ impl BatonTools {
         it returns before MCP clients give up on a call), sending progress notifications \
         meanwhile, then return the reports of those that ended and say which still run. Only for \
         short jobs; for anything longer, end your turn if the job's report wakes you \
-        (`wakes_caller` of submit_job), or run `baton wait ID` in the background.",
+        (`wakes_caller` of submit_job), or run `baton wait ID --exit-zero` in the background.",
         input_schema = input_schema::<WaitForJobsArgs>()
     )]
     async fn wait_for_jobs(
@@ -703,7 +704,7 @@ fn still_running(running: &[&JobView], waited: u64, asked: u64) -> String {
         let list = ids(silent);
         parts.push(format!(
             "job {list}: nothing will wake you when it ends (no channel reaches this session): \
-             call wait_for_jobs again, or run `baton wait {}` in the background",
+             call wait_for_jobs again, or run `baton wait {} --exit-zero` in the background",
             list.replace(", ", " ")
         ));
     }
@@ -825,7 +826,10 @@ mod tests {
         assert!(text.contains("you asked for 600s"), "{text}");
         assert!(text.contains("job 1: its report will wake you"), "{text}");
         assert!(text.contains("job 2: nothing will wake you"), "{text}");
-        assert!(text.contains("`baton wait 2` in the background"), "{text}");
+        assert!(
+            text.contains("`baton wait 2 --exit-zero` in the background"),
+            "{text}"
+        );
         let text = still_running(&[&a], 30, 30);
         assert_eq!(
             text,

@@ -74,7 +74,7 @@ fn a_failed_job_gets_a_report_and_it_reaches_the_inbox_file() {
         submit.stderr.contains("Nothing there wakes an agent")
             && submit
                 .stderr
-                .contains(&format!("baton wait {id}` in the background"))
+                .contains(&format!("baton wait {id} --exit-zero` in the background"))
             && !submit.stderr.contains("no need to poll"),
         "{}",
         submit.stderr
@@ -127,6 +127,31 @@ fn a_failed_job_gets_a_report_and_it_reaches_the_inbox_file() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o077, 0, "inbox mode {mode:o}");
+}
+
+#[test]
+fn wait_ends_with_each_jobs_outcome_and_exit_zero_keeps_the_jobs_failure_out_of_its_status() {
+    let b = Baton::start(1);
+    let failed = b.submit_sh(&[], FAILING_RUN);
+    let fine = b.submit_sh(&[], "echo 'val_acc: 0.91'");
+    let ids = [failed.to_string(), fine.to_string()];
+    let out = b.run(&["wait", &ids[0], &ids[1]]).expect(1);
+    // The last lines say what happened, one a job, for whoever reads only the end (an agent
+    // told by Claude Code that a background command ended, with the output's path).
+    let tail: Vec<&str> = out.stdout.trim_end().lines().rev().take(2).collect();
+    assert!(
+        tail[1].starts_with(&format!("baton: job {failed} \"sh\" failed"))
+            && tail[1].contains("ValueError"),
+        "{tail:?}"
+    );
+    assert!(
+        tail[0].starts_with(&format!("baton: job {fine} \"sh\" succeeded")),
+        "{tail:?}"
+    );
+    // --exit-zero: the jobs ended, so baton did its part.
+    let out = b.run(&["wait", &ids[0], "--exit-zero"]).expect(0);
+    assert!(out.stdout.contains("ValueError"), "{}", out.stdout);
+    b.run(&["wait", "999", "--exit-zero"]).expect(2);
 }
 
 #[test]

@@ -549,6 +549,13 @@ impl Session {
         self.tmux.type_line(&self.pane, text);
     }
 
+    /// Types a prompt whose scripted step runs in the background, and waits until that turn has
+    /// ended (the tool's answer is that the command runs in the background).
+    fn prompt_background(&self, text: &str) {
+        self.prompt(text);
+        self.wait_turn_done("background");
+    }
+
     /// Waits for the tool result of the scripted `baton submit` and returns the job's id.
     fn submitted_job(&self) -> u64 {
         let r = self.model.wait_for("carrying baton submit's output", |r| {
@@ -725,7 +732,8 @@ fn session_with_job(
         let mut steps = vec![json!({ "when": "SUBMIT", "command": submit_command(b, notify) })];
         for (when, command) in extra {
             let command = command.replace("{work}", &work.display().to_string());
-            steps.push(json!({ "when": when, "command": command }));
+            // A step whose marker is WAIT runs in the background (`run_in_background`).
+            steps.push(json!({ "when": when, "command": command, "background": *when == "WAIT" }));
         }
         Value::Array(steps)
     });
@@ -853,12 +861,7 @@ fn claude_code_in_bypass_mode_without_the_hook_is_woken_once_through_tmux() {
     }
     // Known at submit (the session's command line): the inbox would only hold the message, so
     // nothing is sent there and the pane is typed into instead.
-    let (s, id) = session_with_job(
-        Agent::Claude { bypass: true },
-        &[],
-        Options::default(),
-        &[],
-    );
+    let (s, id) = session_with_job(Agent::Claude { bypass: true }, &[], Options::default(), &[]);
     let (_, wakes, deliveries) = release_and_watch(&s, "claude bypass in tmux, no hook", id);
     assert_woken_once(id, &wakes, &deliveries);
     assert_state(&deliveries, "claude:", "held");
@@ -914,6 +917,68 @@ fn claude_code_busy_in_a_long_tool_call_gets_the_report_once() {
     );
     assert_woken_once(id, &wakes, &deliveries);
     assert_state(&deliveries, "claude:", "delivered");
+}
+
+#[test]
+fn a_background_baton_wait_wakes_claude_code_once_with_an_exit_status_that_reads_right() {
+    if !require(&["tmux", "claude", "python3"]) {
+        return;
+    }
+    // Nothing else reaches the session (a file channel, no hook, no tmux): the agent waits for
+    // the job with a background Bash command, as baton's note tells it to.
+    let opts = Options {
+        outside_tmux: true,
+        ..Options::default()
+    };
+    let wait = format!("{BIN} wait 1 --exit-zero");
+    let (s, id) = session_with_job(
+        Agent::Claude { bypass: false },
+        &["file:bg-inbox.md"],
+        opts,
+        &[("WAIT", &wait)],
+    );
+    assert_eq!(id, 1, "the scripted wait names job 1");
+    s.prompt_background("now WAIT for it");
+    let ended = s.release(id);
+    let notices = |since: i64| -> Vec<Request> {
+        s.model
+            .requests()
+            .into_iter()
+            .filter(|r| r.time >= since as f64 && r.latest.contains("<task-notification>"))
+            .collect()
+    };
+    wait_until("the background wait's notice", || {
+        !notices(ended).is_empty()
+    });
+    std::thread::sleep(QUIET);
+    let got = notices(ended);
+    let delays: Vec<i64> = got.iter().map(|r| r.time as i64 - ended).collect();
+    eprintln!(
+        "[claude background wait] job {id}: {} notice(s), delays from ended_at {delays:?} ms",
+        got.len()
+    );
+    assert_eq!(got.len(), 1, "{got:#?}");
+    let notice = &got[0].latest;
+    assert!(
+        notice.contains("completed (exit code 0)"),
+        "the notice reads as a failure: {notice}"
+    );
+    // The notice names only the output file; its last line says what happened to the job.
+    let file = notice
+        .split("<output-file>")
+        .nth(1)
+        .and_then(|rest| rest.split("</output-file>").next())
+        .expect("no output file in the notice");
+    let output = std::fs::read_to_string(file).unwrap();
+    // (Claude Code appends its own "[exited with code N]".)
+    let last = output
+        .lines()
+        .rfind(|l| !l.trim().is_empty() && !l.starts_with("[exited with code"))
+        .unwrap_or("");
+    assert!(
+        last.starts_with(&format!("baton: job {id} \"sh\" succeeded")) && last.contains("val_loss"),
+        "last line: {last:?}"
+    );
 }
 
 #[test]

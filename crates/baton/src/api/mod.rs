@@ -228,6 +228,9 @@ pub struct WaitResponse {
     /// With `reports`: the markdown report of each ended job, in the order of `jobs`.
     #[serde(default)]
     pub reports: Vec<Option<String>>,
+    /// With `reports`: each report's headline (`job 7 "train" failed after 2m: ValueError…`).
+    #[serde(default)]
+    pub headlines: Vec<Option<String>>,
 }
 
 /// `GET /v1/jobs/{id}/report`: the end-of-run report (DESIGN §4).

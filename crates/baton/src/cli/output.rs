@@ -290,8 +290,9 @@ pub fn delivery_note(job: &JobView) -> String {
         };
         format!(
             "when it ends, {goes_to}. Nothing there wakes an agent: {why}. If you are an agent \
-             and need the result, run `baton wait {id}` in the background (it returns when the \
-             job ends, with the report), or run it now to block until then.",
+             and need the result, run `baton wait {id} --exit-zero` in the background (it returns \
+             when the job ends, with the report, and its last line says how the job ended), or \
+             run `baton wait {id}` now to block until then.",
             id = job.id
         )
     }
@@ -314,7 +315,7 @@ pub fn workflow_delivery_note(wf: &crate::api::WorkflowView) -> String {
         format!(
             "each task's report, and the workflow's summary at its end, go to {}, which wakes no \
              agent (this environment has no Claude Code inbox, Codex thread or tmux pane). If you \
-             are an agent and need the results, run `baton wait {}` in the background.",
+             are an agent and need the results, run `baton wait {} --exit-zero` in the background.",
             first.job.notify.join(", "),
             ids.join(" ")
         )

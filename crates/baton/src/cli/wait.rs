@@ -1,6 +1,12 @@
-//! `baton wait ID... [--timeout DUR]`: blocks on the daemon (a held request, no polling) until
-//! every named job has ended, then prints each job's report (or, with --brief, one line each). Exit 0 if all succeeded, 1 if any did
-//! not, 124 if the timeout passed first. Survives a daemon restart by waiting again.
+//! `baton wait ID... [--timeout DUR] [--exit-zero]`: blocks on the daemon (a held request, no
+//! polling) until every named job has ended, then prints each job's report (or, with --brief,
+//! one line each), and last one line per job that names its outcome and cause. Exit 0 if all
+//! succeeded, 1 if any did not (0 with `--exit-zero`), 124 if the timeout passed first, 3 when the
+//! daemon cannot be reached. Survives a daemon restart by waiting again.
+//!
+//! `--exit-zero` is for an agent's background wait: Claude Code's notice of a background
+//! command's end carries only its exit status ("failed with exit code 1" reads as baton failing)
+//! and the path of its output, whose last lines then say what happened to the jobs.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -23,6 +29,10 @@ pub struct Args {
     /// One line per job instead of its report.
     #[arg(long)]
     brief: bool,
+    /// Exit 0 once the jobs have ended, whatever their outcome (it is in the last lines); only
+    /// baton's own trouble (3) or the timeout (124) is non-zero. For background waits in agents.
+    #[arg(long)]
+    exit_zero: bool,
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
@@ -93,6 +103,16 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
                 None => println!("{}", output::summary(job)),
             }
         }
+        // Last, what happened in one line a job, for whoever reads only the end of the output
+        // (an agent told "background command completed", with the output's path).
+        println!();
+        for (i, job) in response.jobs.iter().enumerate() {
+            let line = match response.headlines.get(i).cloned().flatten() {
+                Some(headline) => output::terminal_safe(&headline),
+                None => output::summary(job),
+            };
+            println!("baton: {line}");
+        }
     } else {
         for job in &response.jobs {
             println!("{}", output::summary(job));
@@ -102,7 +122,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         eprintln!("baton: timed out waiting; the jobs are still going");
         return Ok(ExitCode::from(EXIT_TIMEOUT));
     }
-    if response.jobs.iter().all(|j| j.state == "succeeded") {
+    if args.exit_zero || response.jobs.iter().all(|j| j.state == "succeeded") {
         Ok(ExitCode::SUCCESS)
     } else {
         Ok(ExitCode::from(EXIT_JOB_FAILED))

@@ -58,23 +58,27 @@ pub async fn handle(
             ids.iter().all(|id| !inner.reports_pending.contains(id))
         };
         if done {
-            let reports = if req.reports {
+            let (reports, headlines) = if req.reports {
                 let me = daemon.clone();
                 let ids = ids.clone();
                 tokio::task::spawn_blocking(move || {
                     ids.iter()
-                        .map(|id| me.report_of(*id).map(|b| b.markdown))
-                        .collect()
+                        .map(|id| match me.report_of(*id) {
+                            Some(b) => (Some(b.markdown), Some(b.report.headline)),
+                            None => (None, None),
+                        })
+                        .unzip()
                 })
                 .await
                 .map_err(|e| ApiError::Internal(e.to_string()))?
             } else {
-                Vec::new()
+                (Vec::new(), Vec::new())
             };
             return Ok(Json(WaitResponse {
                 done,
                 jobs,
                 reports,
+                headlines,
             }));
         }
         let timeout = async {
@@ -88,7 +92,12 @@ pub async fn handle(
             _ = shutting_down.wait_for(|s| *s) => {
                 return Err(ApiError::Unavailable("the daemon is shutting down; wait again once it is back".into()));
             }
-            _ = timeout => return Ok(Json(WaitResponse { done: false, jobs, reports: Vec::new() })),
+            _ = timeout => return Ok(Json(WaitResponse {
+                done: false,
+                jobs,
+                reports: Vec::new(),
+                headlines: Vec::new(),
+            })),
         }
     }
 }
