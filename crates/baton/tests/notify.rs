@@ -920,6 +920,98 @@ fn auto_in_tmux_wakes_a_claude_session_once_and_tmux_only_stands_by() {
     assert!(got.contains("loss: 0.2"), "{got}");
 }
 
+/// An inbox that holds every message for a person, as a bypass-permissions Claude Code session
+/// does, and says so on the sender's reply socket (its `from`), as Claude Code does.
+fn holding_inbox(path: &Path) -> mpsc::Receiver<Value> {
+    let listener = UnixListener::bind(path).unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let mut lines = BufReader::new(conn).lines();
+            let _auth = lines.next();
+            let Some(Ok(line)) = lines.next() else {
+                continue;
+            };
+            let msg: Value = serde_json::from_str(&line).unwrap();
+            let from = msg["from"]
+                .as_str()
+                .unwrap_or("")
+                .trim_start_matches("uds:");
+            let receipt = serde_json::json!({
+                "type": "control", "action": "peer_message_status", "status": "held",
+                "reason": "Your message is held for the recipient user's approval.",
+                "orig_msg_id": msg["msg_id"], "msgV": 1, "msg_id": "r-1",
+            });
+            if let Ok(mut back) = std::os::unix::net::UnixStream::connect(from) {
+                let _ = writeln!(back, "{receipt}");
+            }
+            let _ = tx.send(msg);
+        }
+    });
+    rx
+}
+
+#[test]
+fn an_inbox_that_holds_the_message_passes_the_wake_on_to_the_next_channel() {
+    if !require("tmux") || !require("python3") {
+        return;
+    }
+    let b = Baton::start(1);
+    let server = TmuxServer {
+        socket: b.root.join("tmux.sock"),
+    };
+    let claude = b.root.join("claude");
+    std::os::unix::fs::symlink(python_binary(), &claude).unwrap();
+    let sent = b.path("sent.txt").display().to_string();
+    let pane = stand_in_agent(
+        &server,
+        &[&claude.display().to_string(), &fake_agent_script(), &sent],
+        "claude",
+    );
+    let sock = b.root.join("cc.sock");
+    let inbox = holding_inbox(&sock);
+    let mut cmd = b.cmd(["submit", "--", "sh", "-c", "echo 'loss: 0.3'"]);
+    cmd.env("TMUX", format!("{},1,0", server.socket.display()))
+        .env("TMUX_PANE", &pane)
+        .env("CLAUDE_CODE_SESSION_ID", "s-1")
+        .env("CLAUDE_CODE_MESSAGING_SOCKET", &sock)
+        .env(
+            "CLAUDE_CODE_MESSAGING_TOKEN",
+            "0123456789abcdef0123456789abcdef",
+        );
+    let id: u64 = run_cmd(cmd).expect(0).stdout.trim().parse().unwrap();
+    b.wait_ok(&[id]);
+    let msg = inbox.recv_timeout(DEADLINE).unwrap();
+    // The message names a reply socket beside the session's, where the receipt went.
+    assert!(
+        msg["from"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("uds:{}/baton-{id}-", b.root.display())),
+        "{msg}"
+    );
+    let deliveries = settled_deliveries(&b, id);
+    assert_eq!(deliveries[0]["state"], "held", "{deliveries:#?}");
+    assert!(
+        deliveries[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("held for the recipient"),
+        "{deliveries:#?}"
+    );
+    assert_eq!(deliveries[1]["state"], "delivered", "{deliveries:#?}");
+    wait_contains(Path::new(&sent), "<<SENT>>");
+    let got = std::fs::read_to_string(&sent).unwrap();
+    assert_eq!(count(&got, "<<SENT>>"), 1, "{got}");
+    // The reply socket is gone again.
+    let left: Vec<_> = std::fs::read_dir(&b.root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("baton-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 /// The real Python binary (not a version manager's shim, which goes by its own name).
 fn python_binary() -> PathBuf {
     let out = Command::new("python3")

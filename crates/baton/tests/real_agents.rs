@@ -428,6 +428,9 @@ struct Options {
     outside_tmux: bool,
     /// `crossSessionInbound = "refuse"` in Claude Code's user settings.
     refuse_inbound: bool,
+    /// Start Claude Code in the default mode, allowed to enter bypass mode, and switch to it
+    /// (Shift+Tab) before the job is submitted: its command line then does not say so.
+    switch_to_bypass: bool,
     /// Let Codex start its managed app-server daemon (the default; the first start copies its
     /// binary into `$CODEX_HOME/packages/`, about 12 s).
     codex_daemon: bool,
@@ -510,6 +513,9 @@ impl Session {
                 if bypass {
                     command.push("--dangerously-skip-permissions");
                 }
+                if opts.switch_to_bypass {
+                    command.push("--allow-dangerously-skip-permissions");
+                }
                 "claude"
             }
             Agent::Codex => {
@@ -525,6 +531,7 @@ impl Session {
             }
         };
         let pane = tmux.open(&work, &command);
+        let switch_to_bypass = opts.switch_to_bypass;
         let session = Session {
             agent,
             pane,
@@ -541,6 +548,28 @@ impl Session {
                     .iter()
                     .any(|footer| screen.contains(footer))
         });
+        if switch_to_bypass {
+            // Shift+Tab cycles the modes; bypass is one of them when allowed.
+            for _ in 0..6 {
+                if session
+                    .tmux
+                    .screen(&session.pane)
+                    .contains("bypass permissions on")
+                {
+                    break;
+                }
+                session
+                    .tmux
+                    .tmux(&["send-keys", "-t", &session.pane, "BTab"]);
+                std::thread::sleep(Duration::from_millis(400));
+            }
+            wait_until("bypass mode", || {
+                session
+                    .tmux
+                    .screen(&session.pane)
+                    .contains("bypass permissions on")
+            });
+        }
         session
     }
 
@@ -863,6 +892,25 @@ fn claude_code_in_bypass_mode_without_the_hook_is_woken_once_through_tmux() {
     // nothing is sent there and the pane is typed into instead.
     let (s, id) = session_with_job(Agent::Claude { bypass: true }, &[], Options::default(), &[]);
     let (_, wakes, deliveries) = release_and_watch(&s, "claude bypass in tmux, no hook", id);
+    assert_woken_once(id, &wakes, &deliveries);
+    assert_state(&deliveries, "claude:", "held");
+    assert_state(&deliveries, "tmux:", "delivered");
+}
+
+#[test]
+fn claude_code_switched_to_bypass_mode_holds_the_inbox_message_and_tmux_wakes_it_once() {
+    if !require(&["tmux", "claude", "python3"]) {
+        return;
+    }
+    // Nothing at submit says the session bypasses permissions (its command line only allows
+    // it): the inbox is tried, Claude Code's receipt says it held the message, and the next
+    // link (the pane) wakes the session.
+    let opts = Options {
+        switch_to_bypass: true,
+        ..Options::default()
+    };
+    let (s, id) = session_with_job(Agent::Claude { bypass: false }, &[], opts, &[]);
+    let (_, wakes, deliveries) = release_and_watch(&s, "claude switched to bypass, tmux", id);
     assert_woken_once(id, &wakes, &deliveries);
     assert_state(&deliveries, "claude:", "held");
     assert_state(&deliveries, "tmux:", "delivered");

@@ -2,20 +2,92 @@
 //! line with the session's token, then one user message; an idle session starts a turn with it,
 //! a busy one reads it between tool calls. The socket exists only while the session runs, so a
 //! missing or refusing socket means the session is gone.
+//!
+//! Claude Code closes the connection the same way whether it passed the message on, held it for
+//! a person (a bypass-permissions session, where a sender that is not its child and does not
+//! attest bypass mode is held) or refused it (`crossSessionInbound = "refuse"`). What it does
+//! offer (2.1.332) are receipts: a sender that names a reply socket of its own in the session's
+//! `cc-socks` folder (`from`) gets `peer_message_status` lines there when the message is held,
+//! refused or dropped; an accepted message gets none. So baton listens there for a moment after
+//! sending, and records `delivered` only after that silence.
+//!
+//! baton does not attest a permission mode (`from-mode="bypass"` would make a bypass session
+//! accept it): it has none, and the check exists to keep other processes from steering an
+//! unattended session. In such sessions the hook delivers instead (`daemon/hook.rs`).
 
 use std::io::ErrorKind;
+use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::UnixStream;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
 
 use super::{Inbound, Message, Outcome};
 
+/// How long silence on the reply socket takes to mean "accepted": a hold or refusal receipt
+/// comes within milliseconds of the message.
+const RECEIPT_WAIT: Duration = Duration::from_millis(1500);
+
 pub async fn deliver(socket: &str, token: &str, msg: &Message) -> Outcome {
     // A session that stopped reading (suspended, stuck) must not hold the delivery for good.
-    match tokio::time::timeout(std::time::Duration::from_secs(10), send(socket, token, msg)).await {
+    match tokio::time::timeout(Duration::from_secs(10), send(socket, token, msg)).await {
         Ok(outcome) => outcome,
         Err(_) => Outcome::Failed(format!("{socket} did not take the message within 10 s")),
     }
+}
+
+/// The reply socket, removed when dropped.
+struct ReplySocket {
+    path: std::path::PathBuf,
+    listener: UnixListener,
+}
+
+impl Drop for ReplySocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Binds the reply socket beside the session's own: the same name for the same message, so a
+/// message sent again after a daemon crash comes from the same sender and Claude Code drops it
+/// as a duplicate instead of starting a second turn.
+fn reply_socket(socket: &str, msg: &Message) -> Option<ReplySocket> {
+    let dir = std::path::Path::new(socket).parent()?;
+    let tag = msg.end.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let path = dir.join(format!("baton-{}-{:08x}.sock", msg.job, tag as u32));
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).ok()?;
+    Some(ReplySocket { path, listener })
+}
+
+/// `uds:PATH`, with what Claude Code's address syntax does not allow percent-encoded.
+fn address(path: &std::path::Path) -> String {
+    let mut out = String::from("uds:");
+    for b in path.as_os_str().as_encoded_bytes() {
+        if b.is_ascii_alphanumeric() || b":_/.-".contains(b) {
+            out.push(*b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn message_id() -> String {
+    let mut bytes = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = std::io::Read::read_exact(&mut f, &mut bytes);
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
 }
 
 async fn send(socket: &str, token: &str, msg: &Message) -> Outcome {
@@ -28,21 +100,85 @@ async fn send(socket: &str, token: &str, msg: &Message) -> Outcome {
         }
         Err(e) => return Outcome::Failed(format!("cannot connect to {socket}: {e}")),
     };
+    let reply = reply_socket(socket, msg);
+    let msg_id = message_id();
     let auth = serde_json::json!({"type": "auth", "token": token});
-    let message = serde_json::json!({
+    let mut message = serde_json::json!({
+        "msgV": 1,
+        "msg_id": msg_id,
         "type": "user",
         "message": {"role": "user", "content": msg.text},
+        "priority": "next",
     });
+    if let Some(reply) = &reply {
+        message["from"] = address(&reply.path).into();
+    }
     let lines = format!("{auth}\n{message}\n");
     if let Err(e) = stream.write_all(lines.as_bytes()).await {
         return Outcome::Failed(format!("sending to {socket}: {e}"));
     }
     let _ = stream.shutdown().await;
-    // Written whole: that is the delivery, recorded now. Claude Code answers a message it held
-    // or refused the same way as one it passed on (it closes the connection), so waiting for a
-    // reply would learn nothing, and would leave a window in which a stopping daemon forgets a
-    // message it did send and sends it again after its restart.
-    Outcome::Delivered
+    match reply {
+        Some(reply) => match tokio::time::timeout(RECEIPT_WAIT, receipt(&reply, &msg_id)).await {
+            Ok(Some(outcome)) => outcome,
+            // Silence: accepted, and on its way to the model.
+            _ => Outcome::Delivered,
+        },
+        // No reply socket (the folder is not ours to write in): written whole is all we know.
+        None => Outcome::Delivered,
+    }
+}
+
+/// The first receipt for `msg_id` on the reply socket, as an outcome.
+async fn receipt(reply: &ReplySocket, msg_id: &str) -> Option<Outcome> {
+    loop {
+        let (conn, _) = reply.listener.accept().await.ok()?;
+        let mut lines = BufReader::new(conn).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(outcome) = outcome_of_receipt(&line, msg_id) {
+                return Some(outcome);
+            }
+        }
+    }
+}
+
+/// What a `peer_message_status` line says of our message, if it is about it. Pure.
+pub fn outcome_of_receipt(line: &str, msg_id: &str) -> Option<Outcome> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    if v.get("action")?.as_str()? != "peer_message_status"
+        || v.get("orig_msg_id").and_then(|m| m.as_str()) != Some(msg_id)
+    {
+        return None;
+    }
+    let reason = v
+        .get("reason")
+        .and_then(|r| r.as_str())
+        .map(|r| super::tail_of(r.as_bytes(), 300))
+        .unwrap_or_default();
+    let detail = v.get("status_detail").and_then(|d| d.as_str());
+    Some(match v.get("status")?.as_str()? {
+        "delivered" => Outcome::Delivered,
+        "held" => Outcome::Held(format!(
+            "Claude Code holds it for a person to approve (a person may still deliver it from \
+             its prompt): {reason}"
+        )),
+        "expired" if detail == Some("refused") => {
+            Outcome::Refused(format!("Claude Code refused it: {reason}"))
+        }
+        "denied" | "expired" => {
+            Outcome::Refused(format!("Claude Code did not pass it on: {reason}"))
+        }
+        "dropped" => {
+            let why = v.get("drop_reason").and_then(|d| d.as_str()).unwrap_or("");
+            if why.contains("duplicate") {
+                // The same message from the same sender, taken before (a resend after a crash).
+                Outcome::Delivered
+            } else {
+                Outcome::Failed(format!("Claude Code dropped it ({why}): {reason}"))
+            }
+        }
+        _ => return None,
+    })
 }
 
 /// The hook that claimed a job delivers its report itself and then records it; until then the
@@ -175,6 +311,37 @@ mod tests {
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn receipts_say_held_refused_or_dropped_and_only_for_our_message() {
+        let receipt = |status: &str, extra: &str| {
+            format!(
+                r#"{{"type":"control","action":"peer_message_status","status":"{status}","reason":"r","orig_msg_id":"m-1"{extra}}}"#
+            )
+        };
+        assert!(matches!(
+            outcome_of_receipt(&receipt("held", ""), "m-1"),
+            Some(Outcome::Held(_))
+        ));
+        assert!(matches!(
+            outcome_of_receipt(&receipt("expired", r#","status_detail":"refused""#), "m-1"),
+            Some(Outcome::Refused(_))
+        ));
+        assert!(matches!(
+            outcome_of_receipt(&receipt("dropped", r#","drop_reason":"rate""#), "m-1"),
+            Some(Outcome::Failed(_))
+        ));
+        assert_eq!(
+            outcome_of_receipt(&receipt("dropped", r#","drop_reason":"duplicate""#), "m-1"),
+            Some(Outcome::Delivered)
+        );
+        assert_eq!(outcome_of_receipt(&receipt("held", ""), "m-2"), None);
+        assert_eq!(outcome_of_receipt("not json", "m-1"), None);
+        assert_eq!(
+            address(std::path::Path::new("/run/user/1/cc-socks/a b.sock")),
+            "uds:/run/user/1/cc-socks/a%20b.sock"
+        );
     }
 
     #[test]
