@@ -1417,6 +1417,73 @@ fn a_bypass_permissions_session_is_woken_by_its_hook_once_and_its_inbox_is_left_
 }
 
 #[test]
+fn a_hook_killed_before_it_delivered_leaves_the_report_to_the_next_channel() {
+    let b = Baton::start(1);
+    let sock = b.root.join("cc.sock");
+    let inbox = claude_inbox(&sock, "0123456789abcdef0123456789abcdef");
+    let mut cmd = b.cmd([
+        "submit",
+        "--",
+        "sh",
+        "-c",
+        &format!("{}; echo loss=0.4", common::wait_for_file("go")),
+    ]);
+    cmd.env("CLAUDE_CODE_SESSION_ID", "s-1")
+        .env("CLAUDE_CODE_MESSAGING_SOCKET", &sock)
+        .env(
+            "CLAUDE_CODE_MESSAGING_TOKEN",
+            "0123456789abcdef0123456789abcdef",
+        );
+    let submitted = run_cmd(cmd).expect(0);
+    let id: u64 = submitted.stdout.trim().parse().unwrap();
+    let input = serde_json::json!({
+        "session_id": "s-1", "hook_event_name": "PostToolUse", "permission_mode": "bypassPermissions",
+        "tool_name": "Bash", "tool_input": {"command": "baton submit -- x"},
+        "tool_response": {"stdout": submitted.stdout},
+    });
+    let mut hook = b.cmd(["agent", "wait-hook"]);
+    hook.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut hook = hook.spawn().unwrap();
+    hook.stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
+    // Once the hook has claimed the job (its channels say so), kill it, as Claude Code kills
+    // its rewake hooks when the session exits.
+    b.poll_job(id, "the hook's claim", |j| {
+        j["notify"].to_string().contains("claude-hook:s-1")
+    });
+    hook.kill().unwrap();
+    hook.wait().unwrap();
+    b.touch("go");
+    b.wait_ok(&[id]);
+    let deliveries = settled_deliveries(&b, id);
+    let states: Vec<&str> = deliveries
+        .iter()
+        .map(|d| d["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["held", "skipped", "delivered"], "{deliveries:#?}");
+    assert!(
+        deliveries[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("ended before it delivered"),
+        "{deliveries:#?}"
+    );
+    wait_contains(
+        &b.home.join("inbox.md"),
+        &format!("[end of baton report for job {id}]"),
+    );
+    assert!(
+        inbox.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the held inbox was sent to"
+    );
+}
+
+#[test]
 fn many_jobs_ending_at_once_are_each_delivered_exactly_once() {
     let b = Baton::start(4);
     let ids: Vec<u64> = (0..60)
