@@ -125,7 +125,8 @@ if [ "$SKIP_AGENTS" != 1 ]; then
             (cd "$root" && cargo test -q -p baton-gpu --test real_agents -- --nocapture --test-threads=2) \
                 >>"$work/agents.log" 2>&1 || { echo "the real-agent tests failed:" >&2; tail -30 "$work/agents.log" >&2; exit 1; }
         done
-        grep -o '^\[[^]]*\] job [0-9]*: [0-9]* report-carrying request(s), delays from ended_at \[[0-9, ]*\]' "$work/agents.log" |
+        # (Two test threads share stderr: a line may follow another's "test ... ok" unbroken.)
+        grep -oE '\[[^]]*\] job [0-9]+: [0-9]+ (report-carrying request|notice)\(s\), delays from ended_at \[[0-9, ]*\]' "$work/agents.log" |
             sed -E 's/^\[([^]]*)\].*\[([0-9, ]*)\]$/\1|\2/' |
             awk -F'|' '$2 != "" { split($2, d, ", "); n[$1]++; v[$1, n[$1]] = d[1] }
                 END { for (k in n) { m = n[k]; for (i = 1; i <= m; i++) a[i] = v[k, i]

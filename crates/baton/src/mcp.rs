@@ -325,7 +325,7 @@ impl BatonTools {
                     "queued job {} ({}); {standing}. {}",
                     job.id,
                     job.name,
-                    capitalised(&output::delivery_note(&job))
+                    capitalised(&output::delivery_note(&job, false))
                 );
                 done(text, json_of(&job))
             }

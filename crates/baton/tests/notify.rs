@@ -796,6 +796,20 @@ fn stand_in_agent(server: &TmuxServer, command: &[&str], name: &str) -> String {
     pane
 }
 
+/// The stand-in agent run under the name `claude`, as tmux then names the pane's program: its
+/// pane, and the file it writes what it is sent to.
+fn stand_in_claude(b: &Baton, server: &TmuxServer) -> (String, String) {
+    let claude = b.root.join("claude");
+    std::os::unix::fs::symlink(python_binary(), &claude).unwrap();
+    let sent = b.path("sent.txt").display().to_string();
+    let pane = stand_in_agent(
+        server,
+        &[&claude.display().to_string(), &fake_agent_script(), &sent],
+        "claude",
+    );
+    (pane, sent)
+}
+
 fn fake_agent_script() -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/agent/fake_agent.py")
@@ -846,14 +860,7 @@ fn auto_in_tmux_wakes_a_claude_session_once_and_tmux_only_stands_by() {
     let server = TmuxServer {
         socket: b.root.join("tmux.sock"),
     };
-    let claude = b.root.join("claude");
-    std::os::unix::fs::symlink(python_binary(), &claude).unwrap();
-    let sent = b.path("sent.txt").display().to_string();
-    let pane = stand_in_agent(
-        &server,
-        &[&claude.display().to_string(), &fake_agent_script(), &sent],
-        "claude",
-    );
+    let (pane, sent) = stand_in_claude(&b, &server);
     let sock = b.root.join("cc.sock");
     let token = "0123456789abcdef0123456789abcdef";
     let inbox = claude_inbox(&sock, token);
@@ -960,14 +967,7 @@ fn an_inbox_that_holds_the_message_passes_the_wake_on_to_the_next_channel() {
     let server = TmuxServer {
         socket: b.root.join("tmux.sock"),
     };
-    let claude = b.root.join("claude");
-    std::os::unix::fs::symlink(python_binary(), &claude).unwrap();
-    let sent = b.path("sent.txt").display().to_string();
-    let pane = stand_in_agent(
-        &server,
-        &[&claude.display().to_string(), &fake_agent_script(), &sent],
-        "claude",
-    );
+    let (pane, sent) = stand_in_claude(&b, &server);
     let sock = b.root.join("cc.sock");
     let inbox = holding_inbox(&sock);
     let mut cmd = b.cmd(["submit", "--", "sh", "-c", "echo 'loss: 0.3'"]);

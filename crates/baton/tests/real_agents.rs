@@ -782,6 +782,26 @@ fn release_and_watch(s: &Session, scenario: &str, id: u64) -> (i64, Vec<Request>
     (ended, wakes, deliveries)
 }
 
+/// The whole of most scenarios: the agent submits the job with `notify`, the job ends, exactly one
+/// new model turn carries its report, and its deliveries settle in `states` (channel prefix,
+/// state). Returns the session and the deliveries, for more checks.
+#[track_caller]
+fn woken_once(
+    agent: Agent,
+    notify: &[&str],
+    opts: Options,
+    scenario: &str,
+    states: &[(&str, &str)],
+) -> (Session, Vec<Request>, Vec<Value>) {
+    let (s, id) = session_with_job(agent, notify, opts, &[]);
+    let (_, wakes, deliveries) = release_and_watch(&s, scenario, id);
+    assert_woken_once(id, &wakes, &deliveries);
+    for (kind, state) in states {
+        assert_state(&deliveries, kind, state);
+    }
+    (s, wakes, deliveries)
+}
+
 /// Exactly one request carried the report, and it carried the report's content.
 #[track_caller]
 fn assert_woken_once(id: u64, wakes: &[Request], deliveries: &[Value]) {
@@ -816,9 +836,13 @@ fn claude_code_is_woken_once_through_its_inbox_socket() {
         outside_tmux: true,
         ..Options::default()
     };
-    let (s, id) = session_with_job(Agent::Claude { bypass: false }, &["claude"], opts, &[]);
-    let (_, wakes, deliveries) = release_and_watch(&s, "claude inbox", id);
-    assert_woken_once(id, &wakes, &deliveries);
+    let (_s, wakes, deliveries) = woken_once(
+        Agent::Claude { bypass: false },
+        &["claude"],
+        opts,
+        "claude inbox",
+        &[],
+    );
     assert!(
         wakes[0]
             .latest
@@ -840,10 +864,13 @@ fn claude_code_is_woken_once_by_the_hook_when_its_inbox_is_not_asked_for() {
         ..Options::default()
     };
     let notify = ["file:hook-inbox.md"];
-    let (s, id) = session_with_job(Agent::Claude { bypass: false }, &notify, opts, &[]);
-    let (_, wakes, deliveries) = release_and_watch(&s, "claude hook", id);
-    assert_woken_once(id, &wakes, &deliveries);
-    assert_state(&deliveries, "file:", "delivered");
+    woken_once(
+        Agent::Claude { bypass: false },
+        &notify,
+        opts,
+        "claude hook",
+        &[("file:", "delivered")],
+    );
 }
 
 #[test]
@@ -851,17 +878,17 @@ fn claude_code_in_tmux_is_woken_once_with_notify_auto() {
     if !require(&["tmux", "claude", "python3"]) {
         return;
     }
-    let (s, id) = session_with_job(
+    woken_once(
         Agent::Claude { bypass: false },
         &[],
         Options::default(),
-        &[],
+        "claude in tmux, auto",
+        &[
+            ("claude:", "delivered"),
+            ("tmux:", "unneeded"),
+            ("file:", "delivered"),
+        ],
     );
-    let (_, wakes, deliveries) = release_and_watch(&s, "claude in tmux, auto", id);
-    assert_woken_once(id, &wakes, &deliveries);
-    assert_state(&deliveries, "claude:", "delivered");
-    assert_state(&deliveries, "tmux:", "unneeded");
-    assert_state(&deliveries, "file:", "delivered");
 }
 
 #[test]
@@ -876,11 +903,13 @@ fn claude_code_in_bypass_mode_is_woken_once_by_the_hook() {
         outside_tmux: true,
         ..Options::default()
     };
-    let (s, id) = session_with_job(Agent::Claude { bypass: true }, &[], opts, &[]);
-    let (_, wakes, deliveries) = release_and_watch(&s, "claude bypass, hook", id);
-    assert_woken_once(id, &wakes, &deliveries);
-    assert_state(&deliveries, "claude:", "held");
-    assert_state(&deliveries, "claude-hook:", "delivered");
+    woken_once(
+        Agent::Claude { bypass: true },
+        &[],
+        opts,
+        "claude bypass, hook",
+        &[("claude:", "held"), ("claude-hook:", "delivered")],
+    );
 }
 
 #[test]
@@ -890,11 +919,13 @@ fn claude_code_in_bypass_mode_without_the_hook_is_woken_once_through_tmux() {
     }
     // Known at submit (the session's command line): the inbox would only hold the message, so
     // nothing is sent there and the pane is typed into instead.
-    let (s, id) = session_with_job(Agent::Claude { bypass: true }, &[], Options::default(), &[]);
-    let (_, wakes, deliveries) = release_and_watch(&s, "claude bypass in tmux, no hook", id);
-    assert_woken_once(id, &wakes, &deliveries);
-    assert_state(&deliveries, "claude:", "held");
-    assert_state(&deliveries, "tmux:", "delivered");
+    woken_once(
+        Agent::Claude { bypass: true },
+        &[],
+        Options::default(),
+        "claude bypass in tmux, no hook",
+        &[("claude:", "held"), ("tmux:", "delivered")],
+    );
 }
 
 #[test]
@@ -909,11 +940,13 @@ fn claude_code_switched_to_bypass_mode_holds_the_inbox_message_and_tmux_wakes_it
         switch_to_bypass: true,
         ..Options::default()
     };
-    let (s, id) = session_with_job(Agent::Claude { bypass: false }, &[], opts, &[]);
-    let (_, wakes, deliveries) = release_and_watch(&s, "claude switched to bypass, tmux", id);
-    assert_woken_once(id, &wakes, &deliveries);
-    assert_state(&deliveries, "claude:", "held");
-    assert_state(&deliveries, "tmux:", "delivered");
+    woken_once(
+        Agent::Claude { bypass: false },
+        &[],
+        opts,
+        "claude switched to bypass, tmux",
+        &[("claude:", "held"), ("tmux:", "delivered")],
+    );
 }
 
 #[test]
@@ -927,11 +960,13 @@ fn claude_code_that_refuses_inbound_messages_is_woken_once_by_the_hook() {
         refuse_inbound: true,
         ..Options::default()
     };
-    let (s, id) = session_with_job(Agent::Claude { bypass: false }, &[], opts, &[]);
-    let (_, wakes, deliveries) = release_and_watch(&s, "claude refuses inbound, hook", id);
-    assert_woken_once(id, &wakes, &deliveries);
-    assert_state(&deliveries, "claude:", "refused");
-    assert_state(&deliveries, "claude-hook:", "delivered");
+    woken_once(
+        Agent::Claude { bypass: false },
+        &[],
+        opts,
+        "claude refuses inbound, hook",
+        &[("claude:", "refused"), ("claude-hook:", "delivered")],
+    );
 }
 
 #[test]
@@ -1082,10 +1117,13 @@ fn codex_is_woken_once_through_codex_queue() {
         outside_tmux: true,
         ..Options::default()
     };
-    let (s, id) = session_with_job(Agent::Codex, &["codex"], opts, &[]);
-    let (_, wakes, deliveries) = release_and_watch(&s, "codex queue", id);
-    assert_woken_once(id, &wakes, &deliveries);
-    assert_state(&deliveries, "codex:", "delivered");
+    woken_once(
+        Agent::Codex,
+        &["codex"],
+        opts,
+        "codex queue",
+        &[("codex:", "delivered")],
+    );
 }
 
 #[test]
@@ -1093,12 +1131,17 @@ fn codex_in_tmux_is_woken_once_with_notify_auto() {
     if !require(&["tmux", "codex", "python3"]) {
         return;
     }
-    let (s, id) = session_with_job(Agent::Codex, &[], Options::default(), &[]);
-    let (_, wakes, deliveries) = release_and_watch(&s, "codex in tmux, auto", id);
-    assert_woken_once(id, &wakes, &deliveries);
-    assert_state(&deliveries, "codex:", "delivered");
-    assert_state(&deliveries, "tmux:", "unneeded");
-    assert_state(&deliveries, "file:", "delivered");
+    woken_once(
+        Agent::Codex,
+        &[],
+        Options::default(),
+        "codex in tmux, auto",
+        &[
+            ("codex:", "delivered"),
+            ("tmux:", "unneeded"),
+            ("file:", "delivered"),
+        ],
+    );
 }
 
 #[test]
@@ -1106,10 +1149,13 @@ fn codex_behind_the_npm_launcher_gets_the_report_typed_in_once() {
     if !require(&["tmux", "codex", "python3"]) {
         return;
     }
-    let (s, id) = session_with_job(Agent::CodexViaNode, &["tmux"], Options::default(), &[]);
-    let (_, wakes, deliveries) = release_and_watch(&s, "codex via node, tmux", id);
-    assert_woken_once(id, &wakes, &deliveries);
-    assert_state(&deliveries, "tmux:", "delivered");
+    woken_once(
+        Agent::CodexViaNode,
+        &["tmux"],
+        Options::default(),
+        "codex via node, tmux",
+        &[("tmux:", "delivered")],
+    );
 }
 
 #[test]
@@ -1122,10 +1168,13 @@ fn codex_with_its_app_server_daemon_is_woken_once_while_its_tui_runs() {
         codex_daemon: true,
         ..Options::default()
     };
-    let (s, id) = session_with_job(Agent::Codex, &[], opts, &[]);
-    let (_, wakes, deliveries) = release_and_watch(&s, "codex with daemon, auto", id);
-    assert_woken_once(id, &wakes, &deliveries);
-    assert_state(&deliveries, "codex:", "delivered");
+    let (_s, _, deliveries) = woken_once(
+        Agent::Codex,
+        &[],
+        opts,
+        "codex with daemon, auto",
+        &[("codex:", "delivered")],
+    );
     // The job's command ran under the daemon, whose TMUX_PANE is that of whichever TUI started
     // it (possibly another session's pane): baton takes no tmux channel from it.
     assert!(

@@ -237,12 +237,15 @@ fn is_session_spec(spec: &str) -> bool {
 /// submitted it, and true for the channels it has: whether anything will wake them (once: the
 /// session channels are tried in order until one reaches the agent), and if not, the one thing
 /// that will (`baton wait`, run in the background).
-pub fn delivery_note(job: &JobView) -> String {
+///
+/// `from_shell`: the job was submitted by a shell command (Claude Code's Bash tool), after which
+/// the baton hook runs; an MCP submit is followed by no hook.
+pub fn delivery_note(job: &JobView, from_shell: bool) -> String {
     let inbox_blocked = job
         .notify
         .iter()
         .any(|s| s.starts_with("claude") && s.ends_with(')'));
-    if inbox_blocked && crate::notify::claude::hook_installed() {
+    if inbox_blocked && from_shell && crate::notify::claude::hook_installed() {
         return format!(
             "when it ends, its report goes to {}. This Claude Code session would not start a \
              turn for a message on its inbox, so the baton hook installed in its settings \

@@ -144,7 +144,7 @@ fn note(job: &JobView) -> String {
     };
     format!(
         "baton: queued job {id} ({name}); {standing}.\nbaton: {}",
-        super::output::delivery_note(job),
+        super::output::delivery_note(job, true),
         id = job.id,
         name = job.name,
     )

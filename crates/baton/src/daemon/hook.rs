@@ -77,8 +77,15 @@ impl Daemon {
         let session = format!("claude:{}", req.session);
         let mut claims = Vec::new();
         for &id in &req.ids {
-            let job = self.readable_job(peer, JobId(id), "wake-ups")?;
             let claim = |claimed: bool, why: String| HookClaim { id, claimed, why };
+            // One id the hook misread (a stray number in the output) spoils no other claim.
+            let job = match self.readable_job(peer, JobId(id), "wake-ups") {
+                Ok(job) => job,
+                Err(e) => {
+                    claims.push(claim(false, e.to_string()));
+                    continue;
+                }
+            };
             if job.session.as_deref() != Some(session.as_str()) {
                 claims.push(claim(
                     false,
@@ -90,33 +97,58 @@ impl Daemon {
                 claims.push(claim(false, "the session's inbox wakes it".into()));
                 continue;
             }
-            let channels = claimed_channels(&job.notify, &hook, req.inbound.as_ref());
-            let now = now_ms();
-            let mut inner = self.lock();
-            inner.store.set_notify(
-                job.id,
-                &channels,
-                now,
-                &format!("the Claude Code hook (pid {pid}) wakes the session"),
-            )?;
-            if let Some(active) = inner.active.get_mut(&job.id) {
-                active.notify = channels;
-                claims.push(claim(true, "the hook wakes the session".into()));
+            if let Some(other) = other_live_hook(&job.notify, pid) {
+                claims.push(claim(
+                    false,
+                    format!("the hook of pid {other} delivers it already"),
+                ));
                 continue;
             }
-            // Ended already (a quick job): its deliveries exist, and one may have gone out.
-            let rows: Vec<Delivery> = inner
-                .store
-                .deliveries(job.id)?
-                .into_iter()
-                .filter(|d| d.workflow.is_none())
-                .collect();
-            claims.push(
-                match claim_ended(&mut inner.store, &rows, &hook, req, now)? {
-                    Ok(()) => claim(true, "the hook wakes the session".into()),
-                    Err(why) => claim(false, why),
-                },
-            );
+            let channels = claimed_channels(&job.notify, &hook, req.inbound.as_ref());
+            let now = now_ms();
+            let why = format!("the Claude Code hook (pid {pid}) wakes the session");
+            let mut inner = self.lock();
+            let result =
+                if inner.active.contains_key(&job.id) && !inner.unrecorded.jobs.contains(&job.id) {
+                    // Still running: its deliveries are made from these channels when it ends.
+                    inner
+                        .store
+                        .set_notify(job.id, &channels, now, &why)
+                        .map(|()| {
+                            if let Some(active) = inner.active.get_mut(&job.id) {
+                                active.notify = channels;
+                            }
+                        })
+                        .map_err(|e| e.to_string())
+                } else {
+                    // Ended already (a quick job): its deliveries exist, and one may have gone out.
+                    let rows: Vec<Delivery> = match inner.store.deliveries(job.id) {
+                        Ok(rows) => rows.into_iter().filter(|d| d.workflow.is_none()).collect(),
+                        Err(e) => {
+                            claims.push(claim(false, e.to_string()));
+                            continue;
+                        }
+                    };
+                    plan_ended_claim(&rows, req.inbound.as_ref()).and_then(|plan| {
+                        inner
+                            .store
+                            .claim_ended(
+                                job.id,
+                                &channels,
+                                plan.before,
+                                plan.correct,
+                                &hook,
+                                now,
+                                &why,
+                            )
+                            .map(drop)
+                            .map_err(|e| e.to_string())
+                    })
+                };
+            claims.push(match result {
+                Ok(()) => claim(true, "the hook wakes the session".into()),
+                Err(why) => claim(false, why),
+            });
         }
         self.outbox_wake.notify_one();
         Ok(claims)
@@ -131,7 +163,8 @@ impl Daemon {
         for &id in ids {
             let job = self.readable_job(peer, JobId(id), "wake-ups")?;
             let rows = self.lock().store.deliveries(job.id)?;
-            for d in rows {
+            // The job's own report: the hook prints no workflow summary.
+            for d in rows.into_iter().filter(|d| d.workflow.is_none()) {
                 let mine =
                     matches!(d.channel, Channel::ClaudeHook { pid, .. } if Some(pid) == peer.pid);
                 if mine && matches!(d.state, DeliveryState::Pending | DeliveryState::Standby) {
@@ -143,72 +176,82 @@ impl Daemon {
     }
 }
 
-/// Puts the hook into the wake chain of a job that has ended, unless another link has woken
-/// the session already (the error says which).
-fn claim_ended(
-    store: &mut crate::store::Store,
-    rows: &[Delivery],
-    hook: &Channel,
-    req: &HookClaimRequest,
-    now: baton_core::Millis,
-) -> Result<Result<(), String>, ApiError> {
-    let is_inbox = |d: &&Delivery| matches!(d.channel, Channel::Claude { .. });
-    if let Some(woke) = rows
+/// A hook other than `pid` that claimed the job and still runs.
+fn other_live_hook(channels: &[Channel], pid: u32) -> Option<u32> {
+    channels.iter().find_map(|c| match c {
+        Channel::ClaudeHook {
+            pid: other,
+            started,
+            ..
+        } if *other != pid && crate::procinfo::is_alive(*other, *started) => Some(*other),
+        _ => None,
+    })
+}
+
+/// How the hook joins the wake chain of a job that has ended.
+#[derive(Debug, PartialEq)]
+pub struct EndedClaim {
+    /// The link the hook comes right after (the inbox), or none: the hook leads the chain.
+    pub before: Option<i64>,
+    /// The inbox's state as the hook learnt it (it was sent, or about to be, and the session
+    /// only holds or refuses it).
+    pub correct: Option<(i64, DeliveryState, String)>,
+}
+
+/// Whether, and how, the hook may take over the wake-up of an ended job from its deliveries;
+/// the error says what reached, or is reaching, the session instead. Pure.
+pub fn plan_ended_claim(rows: &[Delivery], learnt: Option<&Inbound>) -> Result<EndedClaim, String> {
+    let is_inbox = |d: &Delivery| matches!(d.channel, Channel::Claude { .. });
+    for d in rows
         .iter()
-        .find(|d| d.channel.is_session() && !is_inbox(d) && d.state == DeliveryState::Delivered)
+        .filter(|d| d.channel.is_session() && !is_inbox(d))
     {
-        return Ok(Err(format!(
-            "{} reached the session already",
-            woke.channel.public_spec()
-        )));
-    }
-    if rows.iter().any(|d| {
-        matches!(d.channel, Channel::ClaudeHook { .. }) && d.state == DeliveryState::Pending
-    }) {
-        return Ok(Ok(()));
-    }
-    let inbox = rows.iter().find(is_inbox);
-    let before = match inbox {
-        Some(d) => {
-            // Sent, or about to be: the session holds or refuses it, whatever the socket said.
-            let (state, why) = match &req.inbound {
-                Some(Inbound::Refused { why }) => (DeliveryState::Refused, why.clone()),
-                Some(Inbound::Held { why }) => (DeliveryState::Held, why.clone()),
-                None => match &d.channel {
-                    Channel::Claude {
-                        inbound: Some(Inbound::Refused { why }),
-                        ..
-                    } => (DeliveryState::Refused, why.clone()),
-                    Channel::Claude {
-                        inbound: Some(Inbound::Held { why }),
-                        ..
-                    } => (DeliveryState::Held, why.clone()),
-                    _ => (d.state, String::new()),
-                },
-            };
-            if matches!(d.state, DeliveryState::Pending | DeliveryState::Delivered) {
-                store.correct_delivery(d.id, state, &why)?;
-            }
-            Some(d.id)
-        }
-        None => {
-            // No inbox: the hook leads the chain, unless a link is still under way.
-            if rows.iter().any(|d| {
-                d.channel.is_session()
-                    && matches!(d.state, DeliveryState::Pending | DeliveryState::Standby)
-            }) {
-                return Ok(Err(
-                    "another channel of the job is delivering to the session".into(),
+        match d.state {
+            DeliveryState::Delivered => {
+                return Err(format!(
+                    "{} reached the session already",
+                    d.channel.public_spec()
                 ));
             }
-            None
+            // Being sent now (the inbox passed the wake on before the hook asked).
+            DeliveryState::Pending => {
+                return Err(format!(
+                    "{} is delivering to the session",
+                    d.channel.public_spec()
+                ));
+            }
+            _ => {}
         }
+    }
+    let Some(inbox) = rows.iter().find(|d| is_inbox(d)) else {
+        return Ok(EndedClaim {
+            before: None,
+            correct: None,
+        });
     };
-    let Some(job) = rows.first().map(|d| d.job) else {
-        return Ok(Err("the job has no deliveries".into()));
+    let known = match &inbox.channel {
+        Channel::Claude { inbound, .. } => inbound.as_ref(),
+        _ => None,
     };
-    store.insert_chain_link(job, None, before, hook, now)?;
-    Ok(Ok(()))
+    let correct = match learnt.or(known) {
+        Some(inbound)
+            if matches!(
+                inbox.state,
+                DeliveryState::Pending | DeliveryState::Delivered
+            ) =>
+        {
+            let (state, why) = match inbound {
+                Inbound::Held { why } => (DeliveryState::Held, why.clone()),
+                Inbound::Refused { why } => (DeliveryState::Refused, why.clone()),
+            };
+            Some((inbox.id, state, why))
+        }
+        _ => None,
+    };
+    Ok(EndedClaim {
+        before: Some(inbox.id),
+        correct,
+    })
 }
 
 #[cfg(test)]
@@ -222,6 +265,73 @@ mod tests {
             session: Some("s".into()),
             inbound,
         }
+    }
+
+    fn row(id: i64, channel: Channel, state: DeliveryState) -> Delivery {
+        Delivery {
+            id,
+            job: JobId(1),
+            workflow: None,
+            channel,
+            state,
+            attempts: 0,
+            next_at: 0,
+            error: None,
+            delivered_at: None,
+            after: None,
+        }
+    }
+
+    #[test]
+    fn an_ended_job_is_claimed_only_if_nothing_else_reached_or_is_reaching_the_session() {
+        let held = Inbound::Held {
+            why: "bypass".into(),
+        };
+        let tmux = Channel::Tmux {
+            pane: "%1".into(),
+            server: None,
+        };
+        let file = Channel::File { path: "/i".into() };
+        // The inbox "delivered" (its socket took it), the pane stood by: the hook takes over,
+        // and the inbox's delivery is corrected to what the session did with it.
+        let rows = [
+            row(1, claude(None), DeliveryState::Delivered),
+            row(2, tmux.clone(), DeliveryState::Unneeded),
+            row(3, file.clone(), DeliveryState::Delivered),
+        ];
+        let plan = plan_ended_claim(&rows, Some(&held)).unwrap();
+        assert_eq!(
+            plan,
+            EndedClaim {
+                before: Some(1),
+                correct: Some((1, DeliveryState::Held, "bypass".into()))
+            }
+        );
+        // Known held at submit: nothing was sent, and the pane took over at once: it wakes the
+        // session, the hook must not.
+        let rows = [
+            row(1, claude(Some(held.clone())), DeliveryState::Held),
+            row(2, tmux.clone(), DeliveryState::Pending),
+        ];
+        let e = plan_ended_claim(&rows, None).unwrap_err();
+        assert!(e.contains("tmux:%1 is delivering"), "{e}");
+        let rows = [
+            row(1, claude(Some(held.clone())), DeliveryState::Held),
+            row(2, tmux.clone(), DeliveryState::Delivered),
+        ];
+        assert!(
+            plan_ended_claim(&rows, None)
+                .unwrap_err()
+                .contains("reached")
+        );
+        // A pane that was gone leaves the wake to the hook; without an inbox the hook leads.
+        let rows = [
+            row(1, claude(Some(held)), DeliveryState::Held),
+            row(2, tmux, DeliveryState::Skipped),
+        ];
+        assert_eq!(plan_ended_claim(&rows, None).unwrap().before, Some(1));
+        let rows = [row(3, file, DeliveryState::Delivered)];
+        assert_eq!(plan_ended_claim(&rows, None).unwrap().before, None);
     }
 
     #[test]

@@ -781,7 +781,14 @@ impl Daemon {
             &view.critical_path,
             &lines,
         );
-        let channels = jobs.first().map(|j| j.notify.clone()).unwrap_or_default();
+        // A task's hook waits on that task's report, not on the workflow's summary.
+        let channels: Vec<crate::notify::Channel> = jobs
+            .first()
+            .map(|j| j.notify.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| !matches!(c, crate::notify::Channel::ClaudeHook { .. }))
+            .collect();
         self.record_change(
             inner,
             durable::Change::WorkflowEnd {

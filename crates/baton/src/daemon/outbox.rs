@@ -27,9 +27,8 @@ const MAX_ATTEMPTS: u32 = 15;
 /// A link of a wake chain with another standing by is given up sooner (after about 7 s), so
 /// that the next link is not kept waiting an hour.
 const CHAIN_ATTEMPTS: u32 = 3;
-/// How long a Claude Code hook that claimed a job may take to deliver its report after the
-/// job's end, and how often the outbox checks that the hook still runs meanwhile.
-const HOOK_PATIENCE: Millis = 10 * 60 * 1000;
+/// How often the outbox checks that a Claude Code hook that claimed a job still runs, until it
+/// says it delivered.
 const HOOK_RECHECK: Millis = 1000;
 /// Backoff between attempts: doubling from one second, at most five minutes.
 fn backoff(attempts: u32) -> Millis {
@@ -290,15 +289,16 @@ impl Daemon {
         let now = now_ms();
         let spec = d.channel.public_spec();
         if let Outcome::Waiting(why) = &outcome {
-            // The hook delivers; look again soon, unless it has been at it far too long.
-            let since = job.ended_at.unwrap_or(now);
-            if now - since < HOOK_PATIENCE {
-                let mut inner = self.lock();
-                if let Err(e) = inner.store.recheck_delivery(d.id, now + HOOK_RECHECK) {
-                    tracing::warn!(job = job.id.0, "cannot reschedule {spec}: {e}");
+            // The hook delivers; look again soon, for as long as it runs (Claude Code ends a
+            // hook that runs past its timeout, and then it reads as gone).
+            let rescheduled = self.lock().store.recheck_delivery(d.id, now + HOOK_RECHECK);
+            match rescheduled {
+                Ok(()) => {
+                    tracing::debug!(job = job.id.0, channel = %spec, "{why}");
+                    return;
                 }
-                tracing::debug!(job = job.id.0, channel = %spec, "{why}");
-                return;
+                // Recorded as a failed attempt instead, with its backoff: no tight loop.
+                Err(e) => tracing::warn!(job = job.id.0, "cannot reschedule {spec}: {e}"),
             }
         }
         // A link with a later one standing by gives up sooner: the next link is waiting.
@@ -314,10 +314,10 @@ impl Daemon {
             Outcome::Held(why) => (DeliveryState::Held, now, Some(why.as_str())),
             Outcome::Refused(why) => (DeliveryState::Refused, now, Some(why.as_str())),
             Outcome::Gone(why) => (DeliveryState::Skipped, now, Some(why.as_str())),
-            Outcome::Waiting(_) => (
-                DeliveryState::Failed,
-                now,
-                Some("the Claude Code hook did not deliver the report within 10 minutes"),
+            Outcome::Waiting(why) => (
+                DeliveryState::Pending,
+                now + backoff(d.attempts),
+                Some(why.as_str()),
             ),
             Outcome::Failed(why) if d.attempts + 1 >= max_attempts => {
                 (DeliveryState::Failed, now, Some(why.as_str()))
@@ -345,9 +345,11 @@ impl Daemon {
                 tracing::info!(job = job.id.0, channel = %spec, state = state.as_str(), "not delivered: {}", other.detail().unwrap_or_default())
             }
         }
-        let fallback = (state.passes_on() && d.channel.is_session()).then(|| Channel::File {
-            path: self.inbox_for(job.owner_uid, &job.env),
-        });
+        // The last link that did not reach the session leaves the report to the inbox file.
+        let fallback =
+            (state.passes_on() && d.channel.is_session() && !has_next).then(|| Channel::File {
+                path: self.inbox_for(job.owner_uid, &job.env),
+            });
         // Recorded, or kept until it can be: a delivery whose outcome is not recorded yet is
         // never sent again meanwhile.
         let mut inner = self.lock();

@@ -197,7 +197,7 @@ const NOT_TUI: &[&str] = &[
 fn is_tui(pid: u32, args: &[String]) -> bool {
     let on_terminal =
         std::fs::read_link(format!("/proc/{pid}/fd/0")).is_ok_and(|t| t.starts_with("/dev/pts/"));
-    let subcommand = args[1..].iter().find(|a| !a.starts_with('-'));
+    let subcommand = args.iter().skip(1).find(|a| !a.starts_with('-'));
     on_terminal && !subcommand.is_some_and(|s| NOT_TUI.contains(&s.as_str()))
 }
 

@@ -791,44 +791,46 @@ impl Store {
         Ok(())
     }
 
-    /// Sets a settled delivery's state after the fact: the inbox socket took a message that
-    /// the session, as its hook learnt later, only held.
-    pub fn correct_delivery(
-        &mut self,
-        id: i64,
-        state: DeliveryState,
-        error: &str,
-    ) -> Result<(), StoreError> {
-        self.conn
-            .prepare_cached("UPDATE deliveries SET state = ?1, error = ?2 WHERE id = ?3")?
-            .execute(params![state.as_str(), error, id])?;
-        Ok(())
-    }
-
-    /// Adds a link to an ended job's wake chain right after `before` (the hook, after the inbox
-    /// it replaces), or at its head: it takes over `before`'s place, pending at once.
-    pub fn insert_chain_link(
+    /// Puts the Claude Code hook into the wake chain of a job that has ended, in one commit: the
+    /// job's channels, the inbox's state as the hook learnt it (`correct`: it only held or
+    /// refused what it was sent), the links after the inbox back on standby if the inbox's
+    /// "delivery" had made them `unneeded`, and the hook's link, pending, right after `before`
+    /// (or at the head of the chain), with what stood by for `before` standing by for it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn claim_ended(
         &mut self,
         job: JobId,
-        workflow: Option<u64>,
+        channels: &[Channel],
         before: Option<i64>,
-        channel: &Channel,
+        correct: Option<(i64, DeliveryState, String)>,
+        hook: &Channel,
         now: Millis,
+        why: &str,
     ) -> Result<i64, StoreError> {
         let tx = self.conn.transaction()?;
+        tx.prepare_cached("UPDATE jobs SET notify = ?1 WHERE id = ?2")?
+            .execute(params![json(&channels), job.0 as i64])?;
+        log_event(&tx, job.0, now, "notify", why)?;
+        if let Some((id, state, error)) = correct {
+            tx.prepare_cached("UPDATE deliveries SET state = ?1, error = ?2 WHERE id = ?3")?
+                .execute(params![state.as_str(), error, id])?;
+        }
+        if let Some(before) = before {
+            tx.prepare_cached(
+                "WITH RECURSIVE later(id) AS ( \
+                     SELECT id FROM deliveries WHERE after_id = ?1 \
+                     UNION SELECT d.id FROM deliveries d JOIN later ON d.after_id = later.id) \
+                 UPDATE deliveries SET state = 'standby' \
+                 WHERE id IN (SELECT id FROM later) AND state = 'unneeded'",
+            )?
+            .execute(params![before])?;
+        }
         tx.prepare_cached(
-            "INSERT INTO deliveries (job_id, channel, state, next_at, workflow_id, after_id) \
-             VALUES (?1, ?2, 'pending', ?3, ?4, ?5)",
+            "INSERT INTO deliveries (job_id, channel, state, next_at, after_id) \
+             VALUES (?1, ?2, 'pending', ?3, ?4)",
         )?
-        .execute(params![
-            job.0 as i64,
-            json(channel),
-            now,
-            workflow.map(|w| w as i64),
-            before
-        ])?;
+        .execute(params![job.0 as i64, json(hook), now, before])?;
         let link = tx.last_insert_rowid();
-        // What stood by for `before` now stands by for the new link.
         if let Some(before) = before {
             tx.prepare_cached(
                 "UPDATE deliveries SET after_id = ?1 WHERE after_id = ?2 AND id != ?1",
@@ -1454,10 +1456,12 @@ mod tests {
             .record_delivery(ids[0], DeliveryState::Delivered, 13, None, 13)
             .unwrap();
         assert_eq!(chain_states(&store, passed)[0], ("claude", "held"));
-        // The hook takes the inbox's place: what stood by for the inbox stands by for it.
+        // The hook takes the inbox's place after the fact (the inbox had been "delivered", as
+        // far as its socket said): the inbox becomes held, what it made unneeded stands by again,
+        // for the hook.
         let (hooked, ids) = end(&mut store);
         store
-            .correct_delivery(ids[0], DeliveryState::Held, "bypass")
+            .record_delivery(ids[0], DeliveryState::Delivered, 13, None, 13)
             .unwrap();
         let hook = Channel::ClaudeHook {
             session: "s".into(),
@@ -1465,20 +1469,30 @@ mod tests {
             started: 1,
         };
         let link = store
-            .insert_chain_link(hooked, None, Some(ids[0]), &hook, 14)
-            .unwrap();
-        store
-            .record_delivery(link, DeliveryState::Delivered, 15, None, 15)
+            .claim_ended(
+                hooked,
+                &channels,
+                Some(ids[0]),
+                Some((ids[0], DeliveryState::Held, "bypass".into())),
+                &hook,
+                14,
+                "the hook",
+            )
             .unwrap();
         assert_eq!(
             chain_states(&store, hooked),
             [
                 ("claude", "held"),
-                ("tmux", "unneeded"),
+                ("tmux", "standby"),
                 ("file", "pending"),
-                ("claude-hook", "delivered")
+                ("claude-hook", "pending")
             ]
         );
+        // A hook that is gone passes the wake on to the pane.
+        store
+            .record_delivery(link, DeliveryState::Skipped, 15, Some("gone"), 15)
+            .unwrap();
+        assert_eq!(chain_states(&store, hooked)[1], ("tmux", "pending"));
     }
 
     #[test]

@@ -145,7 +145,8 @@ fn submitted_ids(hook: &HookInput) -> Vec<u64> {
         .get("command")
         .and_then(|c| c.as_str())
         .unwrap_or("");
-    if !(command.contains("baton") && command.contains("submit")) {
+    // `baton workflow submit` prints a workflow's id, which is no job's.
+    if !(command.contains("baton") && command.contains("submit")) || command.contains("workflow") {
         return Vec::new();
     }
     let stdout = match &hook.tool_response {
@@ -197,5 +198,9 @@ mod tests {
             r#"{"tool_name":"Edit","tool_input":{"command":"baton submit"},"tool_response":{"stdout":"3"}}"#,
         );
         assert!(submitted_ids(&edit).is_empty());
+        let workflow = hook(
+            r#"{"tool_name":"Bash","tool_input":{"command":"baton workflow submit p.yaml"},"tool_response":{"stdout":"4\n"}}"#,
+        );
+        assert!(submitted_ids(&workflow).is_empty());
     }
 }
