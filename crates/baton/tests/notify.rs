@@ -717,28 +717,8 @@ fn a_tmux_pane_running_an_agent_gets_the_report_typed_in_once() {
     };
     // The "agent": a terminal UI like Claude Code's (bracketed paste; an Enter that comes with a
     // paste is a newline), run under the name `claude` so tmux names it so.
-    let claude = b.root.join("claude");
-    std::os::unix::fs::symlink(python_binary(), &claude).unwrap();
-    let agent = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agent/fake_agent.py");
-    let sent = b.path("sent.txt");
-    let (claude, agent, sent_arg) = (
-        claude.display().to_string(),
-        agent.display().to_string(),
-        sent.display().to_string(),
-    );
-    let pane = pane_running(&server, &[&claude, &agent, &sent_arg], "claude");
-    // Ready once it has drawn its prompt (before that the terminal is not yet in raw mode).
-    let until = Instant::now() + DEADLINE;
-    while !server
-        .tmux(&["capture-pane", "-p", "-t", &pane])
-        .contains('>')
-    {
-        assert!(
-            Instant::now() < until,
-            "the stand-in agent never drew its prompt"
-        );
-        std::thread::sleep(POLL);
-    }
+    let (pane, sent) = stand_in_claude(&b, &server);
+    let sent = PathBuf::from(sent);
     let id = submit_in_pane(&b, &server, &pane, "echo 'epoch: 3, loss: 0.07'");
     b.wait_ok(&[id]);
     let deliveries = settled_deliveries(&b, id);
