@@ -104,10 +104,14 @@ mod tests {
             .read_line(&mut line)
             .unwrap();
         let child: u32 = line.trim().parse().unwrap();
-        // `env -i` execs sleep: wait until the exec has happened (its environ reads, and is
-        // empty). A read in the middle of an exec can fail, which is not the same.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        let emptied = || fs::read(format!("/proc/{child}/environ")).is_ok_and(|e| e.is_empty());
+        // `env -i` execs sleep: wait until that exec has happened (the process is `sleep`, and
+        // its environ reads, and is empty). A read in the middle of an exec (of `env` by the
+        // shell, or of `sleep` by `env`) can fail or come back empty, which is not the same.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let emptied = || {
+            fs::read_to_string(format!("/proc/{child}/comm")).is_ok_and(|c| c.trim() == "sleep")
+                && fs::read(format!("/proc/{child}/environ")).is_ok_and(|e| e.is_empty())
+        };
         while !emptied() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
