@@ -1085,6 +1085,31 @@ fn codex_home(root: &Path, thread: &str) -> (std::path::PathBuf, std::path::Path
     (home, rollout)
 }
 
+/// Plays a Codex TUI taking the next message from its queue: waits for a row in
+/// `queued_items`, deletes it (as Codex does when the message's turn starts) and returns it.
+fn take_one_queued(home: PathBuf) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let until = Instant::now() + DEADLINE * 2;
+        loop {
+            let db = home.join("queue_1.sqlite");
+            if db.exists()
+                && let Ok(conn) = rusqlite::Connection::open(&db)
+                && let Ok((id, payload)) = conn.query_row(
+                    "SELECT id, payload_json FROM queued_items LIMIT 1",
+                    [],
+                    |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+                )
+            {
+                conn.execute("DELETE FROM queued_items WHERE id = ?1", [&id])
+                    .unwrap();
+                return payload;
+            }
+            assert!(Instant::now() < until, "nothing was queued");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+}
+
 fn queued_codex_messages(home: &Path) -> Vec<String> {
     let db = home.join("queue_1.sqlite");
     if !db.exists() {
@@ -1131,23 +1156,43 @@ fn a_live_codex_session_gets_the_report_queued_and_a_dead_one_falls_back() {
         cmd.env("CODEX_THREAD_ID", thread).env("CODEX_HOME", &home);
         run_cmd(cmd).expect(0).stdout.trim().parse::<u64>().unwrap()
     };
+    // The TUI takes the message from its queue (Codex deletes the row when the turn starts):
+    // only then is it delivered.
+    let tui = take_one_queued(home.clone());
     let id = submit_in_codex(thread);
     b.wait_ok(&[id]);
     let deliveries = settled_deliveries(&b, id);
     assert_eq!(deliveries[0]["channel"], format!("codex:{thread}"));
     assert_eq!(deliveries[0]["state"], "delivered", "{deliveries:#?}");
-    let queued = queued_codex_messages(&home);
-    assert_eq!(queued.len(), 1, "{queued:?}");
+    let taken = tui.join().unwrap();
     assert!(
-        queued[0].contains(&format!("[baton] job {id} ended: succeeded"))
-            && queued[0].contains("0.93"),
-        "{}",
-        queued[0]
+        taken.contains(&format!("[baton] job {id} ended: succeeded")) && taken.contains("0.93"),
+        "{taken}"
     );
 
-    // The session ends: the thread's file is still there, but no process holds it.
+    // Queued, and the session ends before its TUI took it: never seen, so not delivered; the
+    // message is withdrawn (it would run unwatched on a later `codex resume`).
+    let unseen = submit_in_codex(thread);
+    b.wait_ok(&[unseen]);
+    let until = Instant::now() + DEADLINE;
+    while queued_codex_messages(&home).is_empty() {
+        assert!(Instant::now() < until, "nothing was queued");
+        std::thread::sleep(POLL);
+    }
     session.kill().unwrap();
     session.wait().unwrap();
+    let deliveries = settled_deliveries(&b, unseen);
+    assert_eq!(deliveries[0]["state"], "skipped", "{deliveries:#?}");
+    assert!(
+        deliveries[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("ended before it took the message"),
+        "{deliveries:#?}"
+    );
+    assert!(queued_codex_messages(&home).is_empty(), "not withdrawn");
+
+    // The session has ended: the thread's file is still there, but no process holds it.
     let late = submit_in_codex(thread);
     b.wait_ok(&[late]);
     let deliveries = settled_deliveries(&b, late);
@@ -1158,9 +1203,8 @@ fn a_live_codex_session_gets_the_report_queued_and_a_dead_one_falls_back() {
             .unwrap()
             .contains("has ended")
     );
-    assert_eq!(
-        queued_codex_messages(&home).len(),
-        1,
+    assert!(
+        queued_codex_messages(&home).is_empty(),
         "queued into a dead session"
     );
     wait_contains(
@@ -1199,11 +1243,16 @@ fn a_live_codex_session_gets_the_report_queued_and_a_dead_one_falls_back() {
             &sleep_as_codex.display().to_string(),
             "300",
         ]);
+        let tui = take_one_queued(home.clone());
         let watched = submit_in_codex(thread);
         b.wait_ok(&[watched]);
         let deliveries = settled_deliveries(&b, watched);
         assert_eq!(deliveries[0]["state"], "delivered", "{deliveries:#?}");
-        assert_eq!(queued_codex_messages(&home).len(), 2);
+        assert!(
+            tui.join()
+                .unwrap()
+                .contains(&format!("job {watched} ended"))
+        );
     }
     daemon.kill().unwrap();
     daemon.wait().unwrap();

@@ -1208,6 +1208,60 @@ fn codex_whose_tui_quit_while_its_daemon_lives_on_gets_no_turn() {
 }
 
 #[test]
+fn codex_that_quits_with_the_report_still_queued_is_told_truly() {
+    if !require(&["tmux", "codex", "python3"]) {
+        return;
+    }
+    // Without its daemon the TUI looks at its queue every 10 s: quit right after the report is
+    // queued, and it has (almost always) not been taken. Whatever happened, the state says it.
+    let (s, id) = session_with_job(Agent::Codex, &[], Options::default(), &[]);
+    let ended = s.release(id);
+    let queue = s.codex_home.join("queue_1.sqlite");
+    let queued = || {
+        rusqlite::Connection::open(&queue)
+            .and_then(|c| {
+                c.query_row("SELECT COUNT(*) FROM queued_items", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+            })
+            .unwrap_or(0)
+    };
+    wait_until("the report to be queued", || {
+        queued() > 0 || !s.wakes(id, ended).is_empty()
+    });
+    s.quit();
+    let deliveries = s.settled_deliveries(id);
+    std::thread::sleep(Duration::from_secs(2));
+    let wakes = s.wakes(id, ended);
+    s.log(
+        "codex quit with the report queued",
+        id,
+        ended,
+        &wakes,
+        &deliveries,
+    );
+    if wakes.is_empty() {
+        assert_state(&deliveries, "codex:", "skipped");
+        let d = Session::delivery(&deliveries, "codex:");
+        assert!(
+            d["error"]
+                .as_str()
+                .unwrap_or("")
+                .contains("ended before it took the message"),
+            "{d:#?}"
+        );
+        assert_eq!(queued(), 0, "the unseen message was left in the queue");
+    } else {
+        assert_woken_once(id, &wakes, &deliveries);
+        assert_state(&deliveries, "codex:", "delivered");
+    }
+    common::wait_contains(
+        &s.b.home.join("inbox.md"),
+        &format!("[end of baton report for job {id}]"),
+    );
+}
+
+#[test]
 fn codex_that_has_quit_gets_no_report_and_the_inbox_file_has_it() {
     if !require(&["tmux", "codex", "python3"]) {
         return;

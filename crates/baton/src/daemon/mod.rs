@@ -274,7 +274,8 @@ impl Daemon {
         .await;
         // No new deliveries; those in flight finish and are recorded, so none goes twice.
         outbox.abort();
-        self.drain_deliveries(std::time::Duration::from_secs(5))
+        // Long enough for a Codex delivery to see its message taken (`notify::codex`).
+        self.drain_deliveries(std::time::Duration::from_secs(15))
             .await;
         scheduler.abort();
         leases.abort();

@@ -56,7 +56,11 @@ pub async fn deliver(thread: &str, msg: &Message) -> Outcome {
         Ok(Ok(out)) => out,
     };
     if out.status.success() {
-        return Outcome::Delivered;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        return match queued_id(&stdout) {
+            Some(item) => taken(&home, &item, &rollout).await,
+            None => Outcome::Delivered,
+        };
     }
     let why = tail_of(&out.stderr, 300);
     if why.contains("no rollout found") {
@@ -64,6 +68,80 @@ pub async fn deliver(thread: &str, msg: &Message) -> Outcome {
     } else {
         Outcome::Failed(format!("codex queue exited with {}: {why}", out.status))
     }
+}
+
+/// How long baton watches a queued message: a TUI running without the daemon looks at its
+/// queue every 10 s (0.171.0).
+const TAKE_WAIT: Duration = Duration::from_secs(12);
+const TAKE_LOOK: Duration = Duration::from_millis(200);
+
+/// The id in `codex queue`'s answer, `Queued message <id> for thread <thread>.`
+fn queued_id(stdout: &str) -> Option<String> {
+    let rest = stdout.split("Queued message ").nth(1)?;
+    let id = rest.split_whitespace().next()?;
+    (!id.is_empty()).then(|| id.to_string())
+}
+
+/// Watches the queued message `item` until Codex takes it (it deletes the row of
+/// `queue_1.sqlite` when the message's turn starts): taken is `Delivered`. A session that ends
+/// with the message still queued never saw it: the message is withdrawn (it would run unwatched
+/// on a later `codex resume`) and the delivery is `Gone`. Still queued after `TAKE_WAIT` in a
+/// live session (a turn under way), it is taken when that turn ends: `Delivered`.
+async fn taken(home: &Path, item: &str, rollout: &Path) -> Outcome {
+    let db = home.join("queue_1.sqlite");
+    let deadline = tokio::time::Instant::now() + TAKE_WAIT;
+    loop {
+        let queued = {
+            let (db, item) = (db.clone(), item.to_string());
+            tokio::task::spawn_blocking(move || still_queued(&db, &item))
+                .await
+                .unwrap_or(Ok(false))
+        };
+        match queued {
+            Ok(false) => return Outcome::Delivered,
+            Ok(true) => {}
+            // Unreadable (locked, another schema): what `codex queue` said is all we know.
+            Err(_) => return Outcome::Delivered,
+        }
+        if let Err(why) = session_alive(rollout, home) {
+            let (db, owned) = (db.clone(), item.to_string());
+            let withdrawn = tokio::task::spawn_blocking(move || withdraw(&db, &owned))
+                .await
+                .is_ok_and(|r| r.is_ok());
+            return Outcome::Gone(format!(
+                "the Codex session ended before it took the message ({why}){}",
+                if withdrawn {
+                    "; the message was withdrawn from its queue"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Outcome::Delivered;
+        }
+        tokio::time::sleep(TAKE_LOOK).await;
+    }
+}
+
+fn still_queued(db: &Path, item: &str) -> rusqlite::Result<bool> {
+    let conn = rusqlite::Connection::open_with_flags(
+        db,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_millis(500))?;
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM queued_items WHERE id = ?1)",
+        [item],
+        |r| r.get(0),
+    )
+}
+
+fn withdraw(db: &Path, item: &str) -> rusqlite::Result<()> {
+    let conn = rusqlite::Connection::open(db)?;
+    conn.busy_timeout(Duration::from_millis(500))?;
+    conn.execute("DELETE FROM queued_items WHERE id = ?1", [item])?;
+    Ok(())
 }
 
 /// `$CODEX_HOME` as the submitter had it, else `~/.codex`.
@@ -253,6 +331,15 @@ mod tests {
         assert!(session_alive(&file, dir.path()).is_err());
         drop(held);
         assert!(!holds(me, &file));
+    }
+
+    #[test]
+    fn the_queued_message_is_named_by_codex_queue() {
+        assert_eq!(
+            queued_id("Queued message 7f3e-11 for thread 0199a.\n").as_deref(),
+            Some("7f3e-11")
+        );
+        assert_eq!(queued_id("something else"), None);
     }
 
     #[test]
