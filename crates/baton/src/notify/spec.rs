@@ -14,7 +14,7 @@ use crate::api::AgentContext;
 /// later one only when the one before it did not reach the agent (it was noted, held, refused,
 /// skipped or failed). A session is woken once per event. The others (`file`, `cmd`,
 /// `webhook`) are records and bridges, delivered independently.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Channel {
     /// Claude Code's per-session inbox socket.
@@ -108,6 +108,46 @@ impl Channel {
                 | Channel::Codex { .. }
                 | Channel::Tmux { .. }
         )
+    }
+}
+
+/// Debug output ends up in logs and panic messages: it shows what `public_spec` shows (no inbox
+/// token, no webhook path), plus the details that are no secret.
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Channel::Claude {
+                socket,
+                session,
+                inbound,
+                ..
+            } => f
+                .debug_struct("Claude")
+                .field("socket", socket)
+                .field("token", &"<secret>")
+                .field("session", session)
+                .field("inbound", inbound)
+                .finish(),
+            Channel::ClaudeHook {
+                session,
+                pid,
+                started,
+            } => f
+                .debug_struct("ClaudeHook")
+                .field("session", session)
+                .field("pid", pid)
+                .field("started", started)
+                .finish(),
+            Channel::Codex { thread } => f.debug_struct("Codex").field("thread", thread).finish(),
+            Channel::Tmux { pane, server } => f
+                .debug_struct("Tmux")
+                .field("pane", pane)
+                .field("server", server)
+                .finish(),
+            Channel::Webhook { .. } => f.debug_tuple("Webhook").field(&self.public_spec()).finish(),
+            Channel::Cmd { command } => f.debug_struct("Cmd").field("command", command).finish(),
+            Channel::File { path } => f.debug_struct("File").field("path", path).finish(),
+        }
     }
 }
 
@@ -400,6 +440,26 @@ mod tests {
         for s in &shown {
             assert!(!s.contains("0123456789abcdef") && !s.contains("XXXX") && !s.contains("pw"));
         }
+    }
+
+    #[test]
+    fn debug_output_keeps_the_secrets_out() {
+        let got = resolve(
+            &specs(&["claude", "webhook:https://hooks.example.com/T000/B000/XXXX"]),
+            &agent(),
+            "/h/inbox.md",
+            "/w",
+        )
+        .unwrap();
+        let shown = format!("{got:?}");
+        assert!(
+            !shown.contains("0123456789abcdef") && !shown.contains("XXXX"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("s-1") && shown.contains("hooks.example.com"),
+            "{shown}"
+        );
     }
 
     #[test]
