@@ -474,10 +474,7 @@ pub fn oom_killed(files: &JobFiles, attempt: u32) -> bool {
 
 /// A process's start time in clock ticks since boot: field 22 of `/proc/PID/stat`.
 pub fn process_start_time(pid: i32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses: skip past its last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    crate::procinfo::start_time(u32::try_from(pid).ok()?)
 }
 
 fn pidfd_of(pid: i32) -> Option<OwnedFd> {

@@ -36,7 +36,7 @@ pub fn facts(pid: u32) -> ProcessFacts {
             (job, attempt) = (Some(found), a);
             break;
         }
-        match parent(at) {
+        match crate::procinfo::parent(at) {
             Some(p) if p > 1 && p != at => at = p,
             _ => break,
         }
@@ -61,14 +61,6 @@ fn job_in_environ(pid: u32) -> Option<(JobId, Option<u32>)> {
     };
     let job = var(b"BATON_JOB_ID=")?;
     Some((JobId(job), var(b"BATON_ATTEMPT=").map(|a| a as u32)))
-}
-
-/// The parent pid, from `/proc/PID/stat` (the field after the state, which follows the
-/// parenthesised command name; the name itself may contain spaces and parentheses).
-fn parent(pid: u32) -> Option<u32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The real uid, from `/proc/PID/status`.

@@ -194,10 +194,7 @@ fn session_alive(rollout: &Path, home: &Path) -> Result<(), String> {
         let Some(args) = crate::procinfo::cmdline(pid) else {
             continue;
         };
-        let native = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .ok()
-            .is_some_and(|exe| exe.file_name().is_some_and(|n| n == "codex"));
-        if !native {
+        if !is_native_codex(pid) {
             continue;
         }
         let daemon = args.iter().any(|a| a == "app-server");
@@ -231,10 +228,7 @@ pub fn under_app_server() -> bool {
         let Some(parent) = crate::procinfo::parent(pid) else {
             return false;
         };
-        let native = std::fs::read_link(format!("/proc/{parent}/exe"))
-            .ok()
-            .is_some_and(|exe| exe.file_name().is_some_and(|n| n == "codex"));
-        if native
+        if is_native_codex(parent)
             && crate::procinfo::cmdline(parent).is_some_and(|a| a.iter().any(|a| a == "app-server"))
         {
             return true;
@@ -242,6 +236,13 @@ pub fn under_app_server() -> bool {
         pid = parent;
     }
     false
+}
+
+/// Whether `pid` runs Codex's native binary (the TUI, its app-server, `codex queue`…), not
+/// npm's node launcher.
+fn is_native_codex(pid: u32) -> bool {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .is_ok_and(|exe| exe.file_name().is_some_and(|n| n == "codex"))
 }
 
 /// Whether `pid` has `file` open.
