@@ -72,24 +72,54 @@ pub struct GpuUtilisation {
     pub mean_util: Option<f64>,
 }
 
-const USAGE_COLUMNS: &str = "job_id, attempt, gpu, sampled_ms, idle_ms, samples, util_samples, \
-     util_sum, util_peak, mem_peak";
+columns!(
+    /// The columns of `job_gpu_usage` a `JobGpuUsage` is read from.
+    UsageColumns {
+        job_id,
+        attempt,
+        gpu,
+        sampled_ms,
+        idle_ms,
+        samples,
+        util_samples,
+        util_sum,
+        util_peak,
+        mem_peak,
+    }
+);
 
-fn read_usage(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobGpuUsage> {
-    let util_samples: i64 = r.get(6)?;
-    let util_sum: f64 = r.get(7)?;
+fn read_usage(r: &rusqlite::Row<'_>, c: &UsageColumns) -> rusqlite::Result<JobGpuUsage> {
+    let util_samples: i64 = r.get(c.util_samples)?;
+    let util_sum: f64 = r.get(c.util_sum)?;
     Ok(JobGpuUsage {
-        job: JobId(r.get::<_, i64>(0)? as u64),
-        attempt: r.get(1)?,
-        gpu: r.get(2)?,
-        sampled_ms: r.get(3)?,
-        idle_ms: r.get(4)?,
-        samples: r.get(5)?,
+        job: JobId(r.get::<_, i64>(c.job_id)? as u64),
+        attempt: r.get(c.attempt)?,
+        gpu: r.get(c.gpu)?,
+        sampled_ms: r.get(c.sampled_ms)?,
+        idle_ms: r.get(c.idle_ms)?,
+        samples: r.get(c.samples)?,
         mean_util: (util_samples > 0).then(|| util_sum / util_samples as f64),
-        peak_util: r.get(8)?,
-        mem_peak: r.get::<_, i64>(9)? as u64,
+        peak_util: r.get(c.util_peak)?,
+        mem_peak: r.get::<_, i64>(c.mem_peak)? as u64,
     })
 }
+
+columns!(
+    /// The columns of `audit` an `AuditEntry` is read from.
+    AuditColumns {
+        id,
+        at,
+        rule,
+        job_id,
+        pid,
+        gpu,
+        action,
+        outcome,
+        dry_run,
+        message,
+        evidence,
+    }
+);
 
 impl Store {
     /// Records one monitor sample: every GPU's minute sums and every job's use, in one
@@ -151,20 +181,22 @@ impl Store {
     /// An attempt's use of each of its GPUs, by GPU.
     pub fn job_usage(&self, job: JobId, attempt: u32) -> Result<Vec<JobGpuUsage>, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {USAGE_COLUMNS} FROM job_gpu_usage WHERE job_id = ?1 AND attempt = ?2 \
-             ORDER BY gpu"
+            "SELECT {} FROM job_gpu_usage WHERE job_id = ?1 AND attempt = ?2 ORDER BY gpu",
+            UsageColumns::LIST
         ))?;
-        let rows = stmt.query_map(params![job.0 as i64, attempt], read_usage)?;
+        let c = UsageColumns::of(&stmt)?;
+        let rows = stmt.query_map(params![job.0 as i64, attempt], |r| read_usage(r, &c))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Every attempt's use of its GPUs sampled since `since`.
     pub fn usage_since(&self, since: Millis) -> Result<Vec<JobGpuUsage>, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {USAGE_COLUMNS} FROM job_gpu_usage WHERE updated_at >= ?1 \
-             ORDER BY job_id, attempt, gpu"
+            "SELECT {} FROM job_gpu_usage WHERE updated_at >= ?1 ORDER BY job_id, attempt, gpu",
+            UsageColumns::LIST
         ))?;
-        let rows = stmt.query_map([since], read_usage)?;
+        let c = UsageColumns::of(&stmt)?;
+        let rows = stmt.query_map([since], |r| read_usage(r, &c))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -172,15 +204,16 @@ impl Store {
     pub fn gpu_utilisation_since(&self, since: Millis) -> Result<Vec<GpuUtilisation>, StoreError> {
         let minute = since - since.rem_euclid(60_000);
         let mut stmt = self.conn.prepare_cached(
-            "SELECT gpu, SUM(samples), SUM(util_samples), SUM(util_sum) FROM gpu_minutes \
+            "SELECT gpu, SUM(samples) AS samples, SUM(util_samples) AS util_samples, \
+             SUM(util_sum) AS util_sum FROM gpu_minutes \
              WHERE minute >= ?1 GROUP BY gpu ORDER BY gpu",
         )?;
         let rows = stmt.query_map([minute], |r| {
-            let util_samples: i64 = r.get(2)?;
-            let util_sum: f64 = r.get(3)?;
+            let util_samples: i64 = r.get("util_samples")?;
+            let util_sum: f64 = r.get("util_sum")?;
             Ok(GpuUtilisation {
-                gpu: r.get(0)?,
-                samples: r.get::<_, i64>(1)? as u64,
+                gpu: r.get("gpu")?,
+                samples: r.get::<_, i64>("samples")? as u64,
                 mean_util: (util_samples > 0).then(|| util_sum / util_samples as f64),
             })
         })?;
@@ -235,23 +268,24 @@ impl Store {
 
     /// The audit log since `since`, oldest first.
     pub fn audit_since(&self, since: Millis) -> Result<Vec<AuditEntry>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT id, at, rule, job_id, pid, gpu, action, outcome, dry_run, message, evidence \
-             FROM audit WHERE at >= ?1 ORDER BY id",
-        )?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {} FROM audit WHERE at >= ?1 ORDER BY id",
+            AuditColumns::LIST
+        ))?;
+        let c = AuditColumns::of(&stmt)?;
         let rows = stmt.query_map([since], |r| {
-            let evidence: String = r.get(10)?;
+            let evidence: String = r.get(c.evidence)?;
             Ok(AuditEntry {
-                id: r.get(0)?,
-                at: r.get(1)?,
-                rule: r.get(2)?,
-                job: r.get::<_, Option<i64>>(3)?.map(|j| JobId(j as u64)),
-                pid: r.get(4)?,
-                gpu: r.get(5)?,
-                action: r.get(6)?,
-                outcome: r.get(7)?,
-                dry_run: r.get(8)?,
-                message: r.get(9)?,
+                id: r.get(c.id)?,
+                at: r.get(c.at)?,
+                rule: r.get(c.rule)?,
+                job: r.get::<_, Option<i64>>(c.job_id)?.map(|j| JobId(j as u64)),
+                pid: r.get(c.pid)?,
+                gpu: r.get(c.gpu)?,
+                action: r.get(c.action)?,
+                outcome: r.get(c.outcome)?,
+                dry_run: r.get(c.dry_run)?,
+                message: r.get(c.message)?,
                 evidence: serde_json::from_str(&evidence).unwrap_or(serde_json::Value::Null),
             })
         })?;

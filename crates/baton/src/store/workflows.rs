@@ -1,0 +1,330 @@
+//! The `workflows` table: a workflow as submitted (`NewWorkflow`, its `NewTask`s) and as
+//! recorded (`WorkflowRecord`); inserting one with all its tasks' jobs at once, its state, and
+//! an atomic workflow's admission: the GPUs reserved for its tasks under a lease, renewed or
+//! released.
+
+use baton_core::{DepKind, Dependency, JobId, Millis};
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::events::log_event;
+use super::jobs::insert_job;
+use super::{JobRecord, NewJob, Store, StoreError, json};
+
+/// A workflow: a DAG of tasks (each a job), admitted whole when `atomic`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkflowRecord {
+    pub id: u64,
+    pub name: String,
+    pub atomic: bool,
+    /// queued (nothing started), running, then succeeded, failed or cancelled.
+    pub state: String,
+    pub owner_uid: u32,
+    pub owner: String,
+    /// The file it came from, as given.
+    pub source: String,
+    pub submitted_at: Millis,
+    /// For an atomic workflow: when its GPUs were reserved.
+    pub admitted_at: Option<Millis>,
+    pub ended_at: Option<Millis>,
+}
+
+/// A workflow as submitted, with its tasks in dependency order (each task's `after` are indices
+/// of earlier tasks).
+pub struct NewWorkflow {
+    pub name: String,
+    pub atomic: bool,
+    pub owner_uid: u32,
+    pub owner: String,
+    pub source: String,
+    pub submitted_at: Millis,
+    pub tasks: Vec<NewTask>,
+}
+
+/// A workflow's task as submitted: its job, and the tasks (positions in
+/// [`NewWorkflow::tasks`]) it runs after and asked to share a node with. A task runs only after
+/// tasks listed before it.
+#[derive(Clone, Debug)]
+pub struct NewTask {
+    pub job: NewJob,
+    pub after: Vec<usize>,
+    pub colocate: Vec<usize>,
+}
+
+columns!(
+    /// The columns of `workflows` a `WorkflowRecord` is read from.
+    WorkflowColumns {
+        id,
+        name,
+        atomic,
+        state,
+        owner_uid,
+        owner,
+        source,
+        submitted_at,
+        admitted_at,
+        ended_at,
+    }
+);
+
+fn read_workflow(r: &Row<'_>, c: &WorkflowColumns) -> rusqlite::Result<WorkflowRecord> {
+    Ok(WorkflowRecord {
+        id: r.get::<_, i64>(c.id)? as u64,
+        name: r.get(c.name)?,
+        atomic: r.get(c.atomic)?,
+        state: r.get(c.state)?,
+        owner_uid: r.get(c.owner_uid)?,
+        owner: r.get(c.owner)?,
+        source: r.get(c.source)?,
+        submitted_at: r.get(c.submitted_at)?,
+        admitted_at: r.get(c.admitted_at)?,
+        ended_at: r.get(c.ended_at)?,
+    })
+}
+
+impl Store {
+    /// Records a workflow and all its tasks as queued jobs in one transaction: all of it or none.
+    pub fn insert_workflow(
+        &mut self,
+        wf: &NewWorkflow,
+    ) -> Result<(WorkflowRecord, Vec<JobRecord>), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.prepare_cached(
+            "INSERT INTO workflows (name, atomic, state, owner_uid, owner, source, submitted_at) \
+             VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![
+            wf.name,
+            wf.atomic,
+            wf.owner_uid,
+            wf.owner,
+            wf.source,
+            wf.submitted_at
+        ])?;
+        let wf_id = tx.last_insert_rowid() as u64;
+        let mut ids: Vec<JobId> = Vec::with_capacity(wf.tasks.len());
+        for task in &wf.tasks {
+            let mut job = task.job.clone();
+            job.workflow_id = Some(wf_id);
+            job.deps = task
+                .after
+                .iter()
+                .filter_map(|&i| ids.get(i))
+                .map(|&job| Dependency {
+                    job,
+                    kind: DepKind::Success,
+                })
+                .collect();
+            ids.push(insert_job(&tx, &job)?);
+        }
+        // Partners may come later in the list: known only once every task has its id.
+        for (task, id) in wf.tasks.iter().zip(&ids) {
+            if !task.colocate.is_empty() {
+                let partners: Vec<u64> = task
+                    .colocate
+                    .iter()
+                    .filter_map(|&i| ids.get(i))
+                    .map(|j| j.0)
+                    .collect();
+                tx.prepare_cached("UPDATE jobs SET colocate = ?1 WHERE id = ?2")?
+                    .execute(params![json(&partners), id.0 as i64])?;
+            }
+        }
+        tx.commit()?;
+        let record = self.workflow(wf_id)?.ok_or_else(|| StoreError::Corrupt {
+            id: wf_id,
+            detail: "workflow vanished after insert".into(),
+        })?;
+        let mut jobs = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(job) = self.get(id)? {
+                jobs.push(job);
+            }
+        }
+        Ok((record, jobs))
+    }
+
+    pub fn workflow(&self, id: u64) -> Result<Option<WorkflowRecord>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {} FROM workflows WHERE id = ?1",
+            WorkflowColumns::LIST
+        ))?;
+        let c = WorkflowColumns::of(&stmt)?;
+        Ok(stmt
+            .query_row([id as i64], |r| read_workflow(r, &c))
+            .optional()?)
+    }
+
+    /// Workflows that have not ended.
+    pub fn active_workflows(&self) -> Result<Vec<WorkflowRecord>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {} FROM workflows WHERE state IN ('queued', 'running') ORDER BY id",
+            WorkflowColumns::LIST
+        ))?;
+        let c = WorkflowColumns::of(&stmt)?;
+        let rows = stmt.query_map([], |r| read_workflow(r, &c))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// A workflow's tasks, in the order they were submitted.
+    pub fn workflow_jobs(&self, id: u64) -> Result<Vec<JobRecord>, StoreError> {
+        self.select("WHERE workflow_id = ?1 ORDER BY id", [id as i64])
+    }
+
+    /// Reserves GPUs for every task of an atomic workflow at once, under a lease.
+    pub fn reserve(
+        &mut self,
+        workflow: u64,
+        reserved: &[(JobId, Vec<u32>)],
+        lease_until: Millis,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        for (id, gpus) in reserved {
+            tx.prepare_cached("UPDATE jobs SET reserved = ?1, lease_until = ?2 WHERE id = ?3")?
+                .execute(params![json(gpus), lease_until, id.0 as i64])?;
+            log_event(&tx, id.0, now, "reserved", &format!("gpus {gpus:?}"))?;
+        }
+        tx.prepare_cached("UPDATE workflows SET admitted_at = ?1 WHERE id = ?2")?
+            .execute(params![now, workflow as i64])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Extends the lease of every reservation still waiting to be used.
+    pub fn renew_leases(&mut self, until: Millis) -> Result<usize, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "UPDATE jobs SET lease_until = ?1 WHERE reserved IS NOT NULL AND state = 'queued'",
+            )?
+            .execute([until])?)
+    }
+
+    /// Gives back every reservation of a workflow: it waits for admission again.
+    pub fn release_reservations(&mut self, workflow: u64, now: Millis) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        let ids: Vec<i64> = {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id FROM jobs WHERE workflow_id = ?1 AND reserved IS NOT NULL",
+            )?;
+            let rows = stmt.query_map([workflow as i64], |r| r.get("id"))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        for id in ids {
+            tx.prepare_cached("UPDATE jobs SET reserved = NULL, lease_until = NULL WHERE id = ?1")?
+                .execute([id])?;
+            log_event(&tx, id as u64, now, "released", "reservation lease expired")?;
+        }
+        tx.prepare_cached("UPDATE workflows SET admitted_at = NULL WHERE id = ?1")?
+            .execute([workflow as i64])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn set_workflow_state(
+        &mut self,
+        id: u64,
+        state: &str,
+        ended_at: Option<Millis>,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("UPDATE workflows SET state = ?1, ended_at = ?2 WHERE id = ?3")?
+            .execute(params![state, ended_at, id as i64])?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::new_job;
+
+    #[test]
+    fn a_workflow_keeps_its_dependencies_and_colocation_as_job_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
+        let task = |after: &[usize], colocate: &[usize]| NewTask {
+            job: new_job(&["true"]),
+            after: after.to_vec(),
+            colocate: colocate.to_vec(),
+        };
+        // prep; train after prep, with eval; eval after train (a partner listed later).
+        let wf = NewWorkflow {
+            name: "pipe".into(),
+            atomic: false,
+            owner_uid: 1000,
+            owner: "alice".into(),
+            source: "pipe.yaml".into(),
+            submitted_at: 1,
+            tasks: vec![task(&[], &[]), task(&[0], &[2]), task(&[1], &[])],
+        };
+        let (_, jobs) = store.insert_workflow(&wf).unwrap();
+        let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+        assert_eq!(
+            jobs[1].deps.iter().map(|d| d.job).collect::<Vec<_>>(),
+            [ids[0]]
+        );
+        assert_eq!(jobs[1].colocate, [ids[2]]);
+        assert!(jobs[0].colocate.is_empty() && jobs[2].colocate.is_empty());
+        assert_eq!(store.get(ids[1]).unwrap().unwrap().colocate, [ids[2]]);
+    }
+
+    #[test]
+    fn a_workflow_reads_back_whole_and_its_admission_comes_and_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
+        let wf = NewWorkflow {
+            name: "pipe".into(),
+            atomic: true,
+            owner_uid: 1000,
+            owner: "alice".into(),
+            source: "pipe.yaml".into(),
+            submitted_at: 1,
+            tasks: vec![NewTask {
+                job: new_job(&["true"]),
+                after: Vec::new(),
+                colocate: Vec::new(),
+            }],
+        };
+        let (record, jobs) = store.insert_workflow(&wf).unwrap();
+        let expected = WorkflowRecord {
+            id: record.id,
+            name: "pipe".into(),
+            atomic: true,
+            state: "queued".into(),
+            owner_uid: 1000,
+            owner: "alice".into(),
+            source: "pipe.yaml".into(),
+            submitted_at: 1,
+            admitted_at: None,
+            ended_at: None,
+        };
+        assert_eq!(record, expected);
+        assert_eq!(jobs[0].workflow_id, Some(record.id));
+        store
+            .reserve(record.id, &[(jobs[0].id, vec![0])], 100, 10)
+            .unwrap();
+        assert_eq!(
+            store.workflow(record.id).unwrap().unwrap().admitted_at,
+            Some(10)
+        );
+        assert_eq!(
+            store.workflow_jobs(record.id).unwrap()[0].reserved,
+            Some(vec![0])
+        );
+        store.release_reservations(record.id, 20).unwrap();
+        assert_eq!(store.workflow_jobs(record.id).unwrap()[0].reserved, None);
+        store
+            .set_workflow_state(record.id, "cancelled", Some(30))
+            .unwrap();
+        assert_eq!(
+            store.workflow(record.id).unwrap().unwrap(),
+            WorkflowRecord {
+                state: "cancelled".into(),
+                ended_at: Some(30),
+                ..expected
+            }
+        );
+        assert!(store.active_workflows().unwrap().is_empty());
+    }
+}
