@@ -25,7 +25,7 @@ pub use claude::inbound_of;
 pub use spec::{Channel, Inbound, resolve};
 
 /// Everything a channel needs to deliver one job's report.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct Message {
     pub job: u64,
     pub state: String,
@@ -45,6 +45,39 @@ pub struct Message {
     pub cwd: String,
     /// The last line of `text`: how tmux delivery recognises its text still sitting unsent.
     pub end: String,
+}
+
+/// Shows the environment's variable names only: their values may be tokens and keys.
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Message {
+            job,
+            state,
+            exit_code,
+            text,
+            markdown,
+            json,
+            report_path,
+            env,
+            cwd,
+            end,
+        } = self;
+        f.debug_struct("Message")
+            .field("job", job)
+            .field("state", state)
+            .field("exit_code", exit_code)
+            .field("text", text)
+            .field("markdown", markdown)
+            .field("json", json)
+            .field("report_path", report_path)
+            .field(
+                "env",
+                &env.keys().collect::<std::collections::BTreeSet<_>>(),
+            )
+            .field("cwd", cwd)
+            .field("end", end)
+            .finish()
+    }
 }
 
 impl Message {
@@ -261,4 +294,29 @@ fn tail_of(bytes: &[u8], max: usize) -> String {
 /// A process environment for commands run on the submitter's behalf: theirs, as captured.
 fn command_env(cmd: &mut tokio::process::Command, msg: &Message) {
     cmd.env_clear().envs(&msg.env);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_shows_env_names_but_not_their_values() {
+        let env = BTreeMap::from([
+            ("OPENAI_API_KEY".to_string(), "sk-s3cr3tvalue".to_string()),
+            ("HOME".to_string(), "/home/private-alice".to_string()),
+        ]);
+        let msg = Message::workflow(3, "pipe", "succeeded", 9, "all done", "/r.md", "/w", env);
+        let shown = format!("{msg:?} {msg:#?}");
+        assert!(
+            !shown.contains("sk-s3cr3tvalue") && !shown.contains("/home/private-alice"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("OPENAI_API_KEY")
+                && shown.contains("HOME")
+                && shown.contains("all done"),
+            "{shown}"
+        );
+    }
 }
