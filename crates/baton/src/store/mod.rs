@@ -21,14 +21,21 @@ macro_rules! columns {
             /// The SELECT list, in the order the fields are declared.
             const LIST: &'static str = concat!(stringify!($first) $(, ", ", stringify!($col))*);
 
-            /// Where each column is in `stmt`'s result, found by its name.
+            /// Where each column is in `stmt`'s result, found by its name. Each is looked for
+            /// first right after the one before it (a `SELECT {LIST}` has them in that order),
+            /// so a whole row's worth costs one pass over the names.
             fn of(stmt: &rusqlite::Statement<'_>) -> rusqlite::Result<$ty> {
                 let names: Vec<&str> = stmt.column_names().collect();
-                let at = |name: &str| {
-                    names
-                        .iter()
-                        .position(|n| n.eq_ignore_ascii_case(name))
-                        .ok_or_else(|| rusqlite::Error::InvalidColumnName(name.to_string()))
+                let mut next = 0;
+                let mut at = |name: &str| -> rusqlite::Result<usize> {
+                    let found = match names.get(next) {
+                        Some(n) if n.eq_ignore_ascii_case(name) => Some(next),
+                        _ => names.iter().position(|n| n.eq_ignore_ascii_case(name)),
+                    };
+                    let i = found
+                        .ok_or_else(|| rusqlite::Error::InvalidColumnName(name.to_string()))?;
+                    next = i + 1;
+                    Ok(i)
                 };
                 Ok($ty {
                     $first: at(stringify!($first))?,
