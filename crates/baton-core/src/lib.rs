@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod fair_share;
 pub mod input;
+pub mod lifecycle;
 pub mod locality;
 pub mod model;
 pub mod placement;

@@ -82,26 +82,26 @@ pub fn build(
     let facts = JobFacts {
         id: job.id.0,
         name: job.name.clone(),
-        state: job.state,
-        exit_code: job.exit_code,
-        signal: job.signal,
-        reason: job.reason.clone(),
-        start_error: (job.attempt > 0)
-            .then(|| files.start_error_of(job.attempt))
+        state: job.state(),
+        exit_code: job.exit_code(),
+        signal: job.signal(),
+        reason: job.reason().map(str::to_string),
+        start_error: (job.attempt() > 0)
+            .then(|| files.start_error_of(job.attempt()))
             .flatten(),
         command: job.command.clone(),
         cwd: job.cwd.clone(),
-        gpus: job.gpus.clone(),
+        gpus: job.gpus().to_vec(),
         request: job.request,
-        scheduler_state: job.slurm_state.clone(),
-        nodes: job.slurm_nodes.clone(),
-        attempts: job.attempt,
+        scheduler_state: job.slurm_state().map(str::to_string),
+        nodes: job.slurm_nodes().map(str::to_string),
+        attempts: job.attempt(),
         max_attempts: job.retries + 1,
         submitted_at: job.submitted_at,
-        started_at: job.started_at,
-        ended_at: job.ended_at.unwrap_or(job.submitted_at),
+        started_at: job.started_at(),
+        ended_at: job.ended_at().unwrap_or(job.submitted_at),
         time_limit: job.time_limit,
-        oom_killed: job.attempt > 0 && executor::oom_killed(files, job.attempt),
+        oom_killed: job.attempt() > 0 && executor::oom_killed(files, job.attempt()),
         gpu_sample_interval_ms: sample_interval,
         stdout_path: files.stdout().display().to_string(),
         stderr_path: files.stderr().display().to_string(),
@@ -109,7 +109,7 @@ pub fn build(
     // The monitor's summary of each GPU the job held; a GPU it never sampled (a job shorter
     // than one sample interval) still says which it was and how big.
     let usage: Vec<GpuUsage> = job
-        .gpus
+        .gpus()
         .iter()
         .map(|&index| {
             let sampled = usage.iter().find(|u| u.gpu == index);
@@ -126,10 +126,10 @@ pub fn build(
             }
         })
         .collect();
-    let written = match job.started_at {
-        Some(started) if job.state != JobState::Queued => {
+    let written = match job.started_at() {
+        Some(started) if job.state() != JobState::Queued => {
             let ran = job
-                .ended_at
+                .ended_at()
                 .unwrap_or(started)
                 .saturating_sub(started)
                 .max(0) as u64;

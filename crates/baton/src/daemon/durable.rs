@@ -10,32 +10,34 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_core::lifecycle::decide::WorkflowState;
+use baton_core::lifecycle::{Ending, Transition};
 use baton_core::{JobId, Millis};
 
+use super::jobs::TableError;
 use super::{Daemon, Inner, now_ms};
 use crate::api::HealthView;
 use crate::notify::Channel;
-use crate::store::{DeliveryState, Ending, StoreError};
+use crate::store::{DeliveryState, JobRecord, Store, StoreError};
 
 /// A change that must be committed before it is acted on.
 pub(super) enum Change {
-    /// A job reached its final state: `Store::mark_ended`, with one delivery per channel.
+    /// A job reached its final state, with one delivery per channel in the same commit.
     End {
         id: JobId,
         ending: Ending,
         channels: Vec<Channel>,
     },
-    /// A failed attempt goes back to the queue for its retry, at `not_before` at the earliest.
+    /// A failed attempt goes back to the queue for its retry (a `Transition::Retry`).
     Retry {
         id: JobId,
-        reason: String,
-        not_before: Millis,
-        ending: Ending,
+        retry: Transition,
+        at: Millis,
     },
     /// A workflow ended: its summary stored, then its state and the summary's deliveries.
     WorkflowEnd {
         workflow: u64,
-        state: &'static str,
+        state: WorkflowState,
         at: Millis,
         /// The task whose end ended it (the summary's deliveries ride on its job).
         last: JobId,
@@ -97,23 +99,24 @@ impl Daemon {
     /// and acts on it only then. Called with the lock held.
     pub(super) fn record_change(&self, inner: &mut Inner, change: Change) {
         match self.commit(inner, &change) {
-            Ok(()) => {
+            Ok(job) => {
                 if inner.unrecorded.changes.is_empty() {
                     inner.unrecorded.failure = None;
                 }
-                self.apply(inner, change);
+                self.apply(inner, change, job);
             }
+            // The job moved on meanwhile (it ended by another path): nothing to record.
+            Err(e) if e.is_moot() => tracing::warn!("a change no longer applies: {e}"),
             Err(e) => {
                 tracing::error!("cannot record a change yet, retrying: {e}");
                 self.write_failed(inner, &e);
                 if let Some(id) = change.job() {
                     inner.unrecorded.jobs.insert(id);
-                    if let Some(job) = inner.active.get_mut(&id) {
-                        job.reason = Some(format!(
-                            "it has ended, but its end is not recorded yet ({}); retrying",
-                            e.short()
-                        ));
-                    }
+                    let word = format!(
+                        "it has ended, but its end is not recorded yet ({}); retrying",
+                        e.short()
+                    );
+                    inner.jobs.show(id, word);
                 }
                 if let Change::Delivery { id, .. } = &change {
                     inner.unrecorded.deliveries.insert(*id);
@@ -125,7 +128,7 @@ impl Daemon {
     }
 
     /// Notes that a durable write failed (for the daemon's health).
-    pub(super) fn write_failed(&self, inner: &mut Inner, e: &StoreError) {
+    pub(super) fn write_failed(&self, inner: &mut Inner, e: &TableError) {
         let failure = inner.unrecorded.failure.get_or_insert(Failure {
             since: now_ms(),
             error: String::new(),
@@ -142,21 +145,23 @@ impl Daemon {
         }
     }
 
-    fn commit(&self, inner: &mut Inner, change: &Change) -> Result<(), StoreError> {
+    /// Commits a change; for a job's, returns the job as it now is.
+    fn commit(&self, inner: &mut Inner, change: &Change) -> Result<Option<JobRecord>, TableError> {
         match change {
             Change::End {
                 id,
                 ending,
                 channels,
-            } => inner.store.mark_ended(*id, ending, channels),
-            Change::Retry {
-                id,
-                reason,
-                not_before,
-                ending,
-            } => inner
-                .store
-                .requeue(*id, true, reason, Some(*not_before), ending.at),
+            } => {
+                let end = Transition::End(ending.clone());
+                let mut done = inner.jobs.apply_all(vec![(*id, end)], ending.at, |tx| {
+                    Store::insert_deliveries(tx, *id, None, channels, ending.at)
+                })?;
+                Ok(Some(done.remove(0).0))
+            }
+            Change::Retry { id, retry, at } => {
+                Ok(Some(inner.jobs.apply(*id, retry.clone(), *at)?.0))
+            }
             Change::WorkflowEnd {
                 workflow,
                 state,
@@ -171,11 +176,9 @@ impl Daemon {
                     .and_then(|()| std::fs::write(&path, summary))
                     .map_err(StoreError::Io)?;
                 inner
-                    .store
-                    .set_workflow_state(*workflow, state, Some(*at))?;
-                inner
-                    .store
-                    .add_workflow_deliveries(*last, *workflow, channels, *at)
+                    .jobs
+                    .end_workflow(*workflow, *state, *at, *last, channels)?;
+                Ok(None)
             }
             Change::Delivery {
                 id,
@@ -187,35 +190,26 @@ impl Daemon {
                 at,
                 fallback,
             } => {
-                inner
-                    .store
-                    .record_delivery(*id, *state, *next, error.as_deref(), *at)?;
-                match fallback {
-                    Some(inbox) => inner
-                        .store
-                        .add_delivery(*job, *workflow, inbox, *at)
-                        .map(drop),
-                    None => Ok(()),
+                let store = inner.jobs.store_mut();
+                store.record_delivery(*id, *state, *next, error.as_deref(), *at)?;
+                if let Some(inbox) = fallback {
+                    store.add_delivery(*job, *workflow, inbox, *at)?;
                 }
+                Ok(None)
             }
         }
     }
 
-    /// What a recorded change sets in motion.
-    fn apply(&self, inner: &mut Inner, change: Change) {
+    /// What a recorded change sets in motion (`job`: the job as the commit left it).
+    fn apply(&self, inner: &mut Inner, change: Change, job: Option<JobRecord>) {
         match change {
-            Change::End { id, ending, .. } => self.ended(inner, id, ending),
-            Change::Retry {
-                id,
-                reason,
-                not_before,
-                ending,
-            } => self.requeued_for_retry(inner, id, reason, not_before, &ending),
-            Change::WorkflowEnd { workflow, .. } => {
-                inner.workflows.remove(&workflow);
-                self.outbox_wake.notify_one();
+            Change::End { .. } => {
+                if let Some(job) = job {
+                    self.ended(inner, &job);
+                }
             }
-            Change::Delivery { .. } => self.outbox_wake.notify_one(),
+            Change::Retry { .. } => self.requeued_for_retry(),
+            Change::WorkflowEnd { .. } | Change::Delivery { .. } => self.outbox_wake.notify_one(),
         }
     }
 
@@ -237,7 +231,7 @@ impl Daemon {
                 let mut rest = waiting.into_iter();
                 for change in rest.by_ref() {
                     match self.commit(&mut inner, &change) {
-                        Ok(()) => {
+                        Ok(job) => {
                             progressed = true;
                             if let Some(id) = change.job() {
                                 inner.unrecorded.jobs.remove(&id);
@@ -245,7 +239,13 @@ impl Daemon {
                             if let Change::Delivery { id, .. } = &change {
                                 inner.unrecorded.deliveries.remove(id);
                             }
-                            self.apply(&mut inner, change);
+                            self.apply(&mut inner, change, job);
+                        }
+                        Err(e) if e.is_moot() => {
+                            tracing::warn!("a change no longer applies: {e}");
+                            if let Some(id) = change.job() {
+                                inner.unrecorded.jobs.remove(&id);
+                            }
                         }
                         Err(e) => {
                             self.write_failed(&mut inner, &e);

@@ -89,6 +89,16 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<super::jobs::TableError> for ApiError {
+    fn from(e: super::jobs::TableError) -> Self {
+        match e {
+            super::jobs::TableError::Store(e) => e.into(),
+            // The job moved on meanwhile (it ended as the request came in).
+            other => ApiError::Conflict(other.to_string()),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status(), Json(self.body())).into_response()

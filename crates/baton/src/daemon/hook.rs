@@ -108,43 +108,39 @@ impl Daemon {
             let now = now_ms();
             let why = format!("the Claude Code hook (pid {pid}) wakes the session");
             let mut inner = self.lock();
-            let result =
-                if inner.active.contains_key(&job.id) && !inner.unrecorded.jobs.contains(&job.id) {
-                    // Still running: its deliveries are made from these channels when it ends.
-                    inner
-                        .store
-                        .set_notify(job.id, &channels, now, &why)
-                        .map(|()| {
-                            if let Some(active) = inner.active.get_mut(&job.id) {
-                                active.notify = channels;
-                            }
-                        })
-                        .map_err(|e| e.to_string())
-                } else {
-                    // Ended already (a quick job): its deliveries exist, and one may have gone out.
-                    let rows: Vec<Delivery> = match inner.store.deliveries(job.id) {
-                        Ok(rows) => rows.into_iter().filter(|d| d.workflow.is_none()).collect(),
-                        Err(e) => {
-                            claims.push(claim(false, e.to_string()));
-                            continue;
-                        }
-                    };
-                    plan_ended_claim(&rows, req.inbound.as_ref()).and_then(|plan| {
-                        inner
-                            .store
-                            .claim_ended(
-                                job.id,
-                                &channels,
-                                plan.before,
-                                plan.correct,
-                                &hook,
-                                now,
-                                &why,
-                            )
-                            .map(drop)
-                            .map_err(|e| e.to_string())
-                    })
+            let result = if inner.jobs.is_active(job.id) && !inner.unrecorded.jobs.contains(&job.id)
+            {
+                // Still running: its deliveries are made from these channels when it ends.
+                inner
+                    .jobs
+                    .set_notify(job.id, &channels, now, &why)
+                    .map_err(|e| e.to_string())
+            } else {
+                // Ended already (a quick job): its deliveries exist, and one may have gone out.
+                let rows: Vec<Delivery> = match inner.jobs.store().deliveries(job.id) {
+                    Ok(rows) => rows.into_iter().filter(|d| d.workflow.is_none()).collect(),
+                    Err(e) => {
+                        claims.push(claim(false, e.to_string()));
+                        continue;
+                    }
                 };
+                plan_ended_claim(&rows, req.inbound.as_ref()).and_then(|plan| {
+                    inner
+                        .jobs
+                        .store_mut()
+                        .claim_ended(
+                            job.id,
+                            &channels,
+                            plan.before,
+                            plan.correct,
+                            &hook,
+                            now,
+                            &why,
+                        )
+                        .map(drop)
+                        .map_err(|e| e.to_string())
+                })
+            };
             claims.push(match result {
                 Ok(()) => claim(true, "the hook wakes the session".into()),
                 Err(why) => claim(false, why),
@@ -162,7 +158,7 @@ impl Daemon {
     ) -> Result<(), ApiError> {
         for &id in ids {
             let job = self.readable_job(peer, JobId(id), "wake-ups")?;
-            let rows = self.lock().store.deliveries(job.id)?;
+            let rows = self.lock().jobs.store().deliveries(job.id)?;
             // The job's own report: the hook prints no workflow summary.
             for d in rows.into_iter().filter(|d| d.workflow.is_none()) {
                 let mine =

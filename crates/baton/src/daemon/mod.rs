@@ -8,6 +8,7 @@ mod durable;
 mod error;
 mod handlers;
 mod hook;
+mod jobs;
 mod monitor;
 mod outbox;
 mod server;
@@ -20,7 +21,9 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use baton_core::{Gpu, JobId, JobState, Millis, PendingJob, RunningJob, WaitReason};
+use baton_core::lifecycle::decide::{self, AttemptExit, JobFacts};
+use baton_core::lifecycle::{Ending, Runner, Transition};
+use baton_core::{Gpu, JobId, JobState, Millis, PendingJob, RunningJob};
 use tokio::net::UnixListener;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::{Notify, watch};
@@ -36,8 +39,9 @@ use crate::executor::{
     stop_supervisor,
 };
 use crate::gpu::{GpuInfo, GpuProbe};
-use crate::store::{Ending, JobRecord, Store, StoreError, WorkflowRecord};
+use crate::store::{JobRecord, Store, StoreError};
 use crate::users;
+use jobs::JobTable;
 
 /// How a daemon was started.
 #[derive(Clone, Debug)]
@@ -103,19 +107,14 @@ pub struct Daemon {
 }
 
 struct Inner {
-    store: Store,
-    /// Queued and running jobs, mirrored from the store (which is written first).
-    active: BTreeMap<JobId, JobRecord>,
-    /// Why each queued job waited in the last pass; its text is rebuilt only when it changes.
-    waiting: HashMap<JobId, WaitReason>,
+    /// Every job's and workflow's state: the store and the live view together.
+    jobs: JobTable,
     /// A pidfd for the supervisor of each running job, to deliver cancels.
     supervisors: HashMap<JobId, OwnedFd>,
     /// Ended jobs whose report is being built; `wait` returns once it is stored.
     reports_pending: HashSet<JobId>,
     /// Jobs whose deliveries are in flight, so the outbox never sends one twice at once.
     delivering: HashSet<JobId>,
-    /// Workflows that have not ended, mirrored from the store.
-    workflows: HashMap<u64, WorkflowRecord>,
     /// GPU use of jobs that ended in the last `USAGE_WINDOW_MS`, for fair share.
     recent_uses: Vec<baton_core::fair_share::Use>,
     /// The GPU monitor's series and the waste engine's state.
@@ -162,17 +161,12 @@ impl Daemon {
         probe: Box<dyn GpuProbe>,
         exe: PathBuf,
     ) -> Result<Arc<Daemon>, StoreError> {
-        let active = store.active()?.into_iter().map(|j| (j.id, j)).collect();
         let recent_uses = store
             .ended_since(now_ms() - USAGE_WINDOW_MS)?
             .iter()
-            .filter_map(|j| use_of(j, j.ended_at))
+            .filter_map(|j| use_of(j, j.ended_at()))
             .collect();
-        let workflows = store
-            .active_workflows()?
-            .into_iter()
-            .map(|w| (w.id, w))
-            .collect();
+        let jobs = JobTable::load(store)?;
         let gpu_info = probe.gpus();
         let gpus = gpu_info
             .iter()
@@ -191,13 +185,10 @@ impl Daemon {
         Ok(Arc::new(Daemon {
             config,
             inner: Mutex::new(Inner {
-                store,
-                active,
-                waiting: HashMap::new(),
+                jobs,
                 supervisors: HashMap::new(),
                 reports_pending: HashSet::new(),
                 delivering: HashSet::new(),
-                workflows,
                 recent_uses,
                 monitor: monitor_state,
                 unrecorded: Default::default(),
@@ -356,19 +347,10 @@ impl Daemon {
             for admission in &plan.admissions {
                 let lease = now + LEASE_MS;
                 match inner
-                    .store
-                    .reserve(admission.gang, &admission.reserved, lease, now)
+                    .jobs
+                    .admit(admission.gang, &admission.reserved, lease, now)
                 {
-                    Ok(()) => {
-                        for (id, gpus) in &admission.reserved {
-                            if let Some(job) = inner.active.get_mut(id) {
-                                job.reserved = Some(gpus.clone());
-                                job.lease_until = Some(lease);
-                            }
-                        }
-                        if let Some(wf) = inner.workflows.get_mut(&admission.gang) {
-                            wf.admitted_at = Some(now);
-                        }
+                    Ok(_) => {
                         tracing::info!(workflow = admission.gang, "atomic workflow admitted");
                     }
                     Err(e) => {
@@ -382,14 +364,7 @@ impl Daemon {
             }
 
             for (id, reason) in &plan.dependency_failed {
-                let end = Ending {
-                    state: JobState::Failed,
-                    exit_code: None,
-                    signal: None,
-                    reason: Some(reason.clone()),
-                    at: now,
-                };
-                self.finish(&mut inner, *id, end);
+                self.finish(&mut inner, *id, Ending::failed(reason.clone(), now));
                 cascade = true;
             }
             let starts: Vec<(JobId, Vec<u32>)> = plan
@@ -399,46 +374,56 @@ impl Daemon {
                 .map(|s| (s.job, s.gpus.clone()))
                 .collect();
             if !starts.is_empty() {
-                if let Err(e) = inner.store.mark_started(&starts, now) {
-                    // Nothing started; the pass is tried again in a second.
-                    tracing::error!("cannot record job starts; not starting them: {e}");
-                    self.write_failed(&mut inner, &e);
-                    let again = now + 1_000;
-                    return Some(next_wakeup.map_or(again, |n| n.min(again)));
-                }
+                // Whether each could start at once (no dependency, never waited for GPUs): its
+                // submit-to-start latency is what the dispatch path costs.
+                let prompt: Vec<Option<Millis>> = starts
+                    .iter()
+                    .map(|(id, _)| {
+                        inner
+                            .jobs
+                            .get(*id)
+                            .filter(|j| {
+                                j.deps.is_empty() && j.attempt() == 0 && !inner.jobs.has_waited(*id)
+                            })
+                            .map(|j| j.submitted_at)
+                    })
+                    .collect();
+                let changes = starts
+                    .iter()
+                    .map(|(id, gpus)| {
+                        let start = Transition::Start {
+                            gpus: gpus.clone(),
+                            at: now,
+                            on: Runner::Local,
+                        };
+                        (*id, start)
+                    })
+                    .collect();
+                let started = match inner.jobs.apply_all(changes, now, |_| Ok(())) {
+                    Ok(started) => started,
+                    Err(e) => {
+                        // Nothing started; the pass is tried again in a second.
+                        tracing::error!("cannot record job starts; not starting them: {e}");
+                        self.write_failed(&mut inner, &e);
+                        let again = now + 1_000;
+                        return Some(next_wakeup.map_or(again, |n| n.min(again)));
+                    }
+                };
                 self.write_succeeded(&mut inner);
                 self.metrics.set_queue(
                     (pending.len() - starts.len()) as i64,
                     (running.len() + starts.len()) as i64,
                 );
-                for (id, gpus) in starts {
-                    // Submit-to-start latency of jobs that could start at once (no dependency,
-                    // never waited for GPUs): what the dispatch path costs.
-                    if let Some(job) = inner.active.get(&id)
-                        && job.deps.is_empty()
-                        && job.attempt == 0
-                        && !inner.waiting.contains_key(&id)
-                    {
-                        self.metrics.observe_schedule_latency(
-                            (now - job.submitted_at).max(0) as f64 / 1000.0,
-                        );
+                for ((job, _), submitted_at) in started.into_iter().zip(prompt) {
+                    if let Some(at) = submitted_at {
+                        self.metrics
+                            .observe_schedule_latency((now - at).max(0) as f64 / 1000.0);
                     }
-                    launches.extend(started(&mut inner, id, gpus, now));
+                    self.workflow_task_started(&mut inner, &job);
+                    launches.push(job);
                 }
             }
-            let Inner {
-                active, waiting, ..
-            } = &mut *inner;
-            waiting.retain(|id, _| active.get(id).is_some_and(|j| j.state == JobState::Queued));
-            for (id, why) in plan.waiting {
-                if waiting.get(&id) == Some(&why) {
-                    continue;
-                }
-                if let Some(job) = active.get_mut(&id) {
-                    job.reason = Some(why.to_string());
-                }
-                waiting.insert(id, why);
-            }
+            inner.jobs.set_waiting(plan.waiting);
         }
         if cascade || !launches.is_empty() {
             self.notify_changed();
@@ -462,7 +447,7 @@ impl Daemon {
 
     fn launch(self: &Arc<Self>, job: JobRecord) {
         let files = self.files(job.id);
-        let (cgroup, contained) = self.config.containment.prepare(job.id.0, job.attempt);
+        let (cgroup, contained) = self.config.containment.prepare(job.id.0, job.attempt());
         let made = cgroup.clone();
         let result = self.launch_description(&job, cgroup).and_then(|launch| {
             self.executor
@@ -473,30 +458,25 @@ impl Daemon {
             Ok((watch, signal)) => {
                 // Which way its processes are held, for `baton events`: a cgroup, or the
                 // supervisor as subreaper (and why no cgroup).
-                if let Err(e) =
-                    self.lock()
-                        .store
-                        .add_event(job.id, "contained", &contained, now_ms())
-                {
+                if let Err(e) = self.lock().jobs.store_mut().add_event(
+                    job.id,
+                    "contained",
+                    &contained,
+                    now_ms(),
+                ) {
                     tracing::warn!(
                         job = job.id.0,
                         "cannot record how the job is contained: {e}"
                     );
                 }
-                self.watch(job.id, job.attempt, watch, signal)
+                self.watch(job.id, job.attempt(), watch, signal)
             }
             Err(e) => {
                 tracing::error!(job = job.id.0, "cannot start: {e}");
                 if let Some(dir) = made {
                     let _ = std::fs::remove_dir(dir);
                 }
-                let ending = Ending {
-                    state: JobState::Failed,
-                    exit_code: None,
-                    signal: None,
-                    reason: Some(format!("could not start: {e}")),
-                    at: now_ms(),
-                };
+                let ending = Ending::failed(format!("could not start: {e}"), now_ms());
                 let mut inner = self.lock();
                 self.finish(&mut inner, job.id, ending);
             }
@@ -508,25 +488,11 @@ impl Daemon {
         job: &JobRecord,
         cgroup: Option<PathBuf>,
     ) -> Result<Launch, String> {
-        let visible = job
-            .gpus
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut env: BTreeMap<String, String> = job.env.clone();
-        env.insert("CUDA_VISIBLE_DEVICES".into(), visible.clone());
-        env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
-        env.insert("BATON_GPUS".into(), visible);
-        baton_env(job, job.attempt, &mut env);
-        env.insert(
-            contain::KEY_VAR.into(),
-            format!("{}.{}.{}", self.tag, job.id, job.attempt),
-        );
+        let env = job_env(job, job.attempt(), Placed::Here(job.gpus()), &self.tag);
         let run_as = self.run_as(job)?;
         Ok(Launch {
             job_id: job.id.0,
-            attempt: job.attempt,
+            attempt: job.attempt(),
             command: job.command.clone(),
             cwd: job.cwd.clone(),
             env: env.into_iter().collect(),
@@ -559,9 +525,9 @@ impl Daemon {
         if let Some(fd) = signal {
             let mut inner = self.lock();
             let cancelled = inner
-                .active
-                .get(&id)
-                .is_some_and(|j| j.attempt == attempt && j.cancel_requested_by.is_some());
+                .jobs
+                .get(id)
+                .is_some_and(|j| j.attempt() == attempt && j.cancel_requested_by().is_some());
             if cancelled {
                 stop_supervisor(&fd);
             }
@@ -603,49 +569,42 @@ impl Daemon {
     fn attempt_ended(&self, id: JobId, attempt: u32, exit: Option<ExitRecord>) {
         let now = now_ms();
         let mut inner = self.lock();
-        let job = match inner.active.get(&id) {
-            Some(job) if job.state == JobState::Running && job.attempt == attempt => job.clone(),
+        let job = match inner.jobs.get(id) {
+            Some(job) if job.state() == JobState::Running && job.attempt() == attempt => {
+                job.clone()
+            }
             // Already recorded (a recovery and a watch can both see one exit); one being
             // recorded is left alone by `conclude_attempt`.
             _ => return,
         };
         inner.supervisors.remove(&id);
-        let ending = ending_for(&job, exit.as_ref(), now);
+        let exit = exit.map(|e| AttemptExit {
+            exit: baton_core::lifecycle::Exit {
+                code: e.exit_code,
+                signal: e.signal,
+            },
+            timed_out: e.timed_out,
+            cancelled: e.cancelled,
+            error: e.error,
+            ended_at: e.ended_at,
+        });
+        let ending = decide::attempt_ending(facts(&job), exit.as_ref(), now);
         self.conclude_attempt(inner, &job, ending);
     }
 
     /// The end of a running attempt, by either backend: back to the queue if the job failed
-    /// and has retries left, else its terminal state.
+    /// and has retries left, else its terminal state (`decide::after_attempt`).
     fn conclude_attempt(&self, mut inner: MutexGuard<'_, Inner>, job: &JobRecord, ending: Ending) {
         let (id, now) = (job.id, now_ms());
         if inner.unrecorded.jobs.contains(&id) {
             return; // its end waits to be recorded already
         }
-        if ending.state == JobState::Failed && job.attempt <= job.retries {
-            let left = job.retries + 1 - job.attempt;
-            // Backs off, so a job that fails at once never re-runs in a tight loop.
-            let delay = self.config.retries.delay_after(job.attempt);
-            let not_before = now + delay;
-            let reason = format!(
-                "attempt {} {}; retrying in {} ({} {} left)",
-                job.attempt,
-                ending.reason.as_deref().unwrap_or("failed"),
-                baton_core::units::format_duration(delay),
-                left,
-                if left == 1 { "retry" } else { "retries" }
-            );
-            self.record_change(
-                &mut inner,
-                durable::Change::Retry {
-                    id,
-                    reason,
-                    not_before,
-                    ending,
-                },
-            );
-            return;
+        // Backs off, so a job that fails at once never re-runs in a tight loop.
+        let delay = self.config.retries.delay_after(job.attempt());
+        match decide::after_attempt(facts(job), ending, delay, now) {
+            Transition::End(ending) => self.finish(&mut inner, id, ending),
+            retry => self.record_change(&mut inner, durable::Change::Retry { id, retry, at: now }),
         }
-        self.finish(&mut inner, id, ending);
     }
 
     /// Records a terminal state with one pending delivery per channel, frees the job's GPUs,
@@ -654,7 +613,7 @@ impl Daemon {
         if inner.unrecorded.jobs.contains(&id) {
             return; // its end waits to be recorded already
         }
-        let channels = match inner.active.get(&id) {
+        let channels = match inner.jobs.get(id) {
             Some(job) if job.notify.is_empty() => {
                 // Queued before reports existed: the inbox file, as `auto` always includes.
                 vec![crate::notify::Channel::File {
@@ -662,7 +621,7 @@ impl Daemon {
                 }]
             }
             Some(job) => job.notify.clone(),
-            None => Vec::new(),
+            None => return, // ended already
         };
         self.record_change(
             inner,
@@ -674,109 +633,82 @@ impl Daemon {
         );
     }
 
-    /// A failed attempt's retry is recorded: the job waits in the queue again, until
-    /// `not_before` at the earliest.
-    fn requeued_for_retry(
-        &self,
-        inner: &mut Inner,
-        id: JobId,
-        reason: String,
-        not_before: Millis,
-        ending: &Ending,
-    ) {
-        if let Some(j) = inner.active.get_mut(&id) {
-            j.state = JobState::Queued;
-            j.gpus.clear();
-            j.started_at = None;
-            j.reason = Some(reason);
-            j.exit_code = ending.exit_code;
-            j.signal = ending.signal;
-            j.cancel_requested_by = None;
-            j.slurm_id = None;
-            j.slurm_submitting_at = None;
-            j.slurm_nodes = None;
-            j.not_before = Some(not_before);
-        }
+    /// A failed attempt's retry is recorded: the job waits in the queue again, until its
+    /// backoff is over.
+    fn requeued_for_retry(&self) {
         self.notify_changed();
         self.wake();
     }
 
-    /// A job's final state is recorded: its GPUs are free, its report is built, and its
-    /// workflow may have ended with it.
-    fn ended(&self, inner: &mut Inner, id: JobId, ending: Ending) {
-        let ended = inner.active.remove(&id);
-        if let Some(job) = &ended {
-            let ran = job
-                .started_at
-                .map(|s| (ending.at - s).max(0) as f64 / 1000.0);
-            self.metrics.job_ended(ending.state.as_str(), ran);
-        }
-        if let Some(u) = ended.as_ref().and_then(|j| use_of(j, Some(ending.at))) {
-            let horizon = ending.at - USAGE_WINDOW_MS;
+    /// A job's final state is recorded (`job` is the job as it ended): its GPUs are free, its
+    /// report is built, and its workflow may have ended with it.
+    fn ended(&self, inner: &mut Inner, job: &JobRecord) {
+        let (id, at) = (job.id, job.ended_at().unwrap_or_else(now_ms));
+        let ran = job.started_at().map(|s| (at - s).max(0) as f64 / 1000.0);
+        self.metrics.job_ended(job.state().as_str(), ran);
+        if let Some(u) = use_of(job, Some(at)) {
+            let horizon = at - USAGE_WINDOW_MS;
             inner
                 .recent_uses
                 .retain(|u| u.end.is_none_or(|e| e >= horizon));
             inner.recent_uses.push(u);
         }
-        let workflow = ended.and_then(|j| j.workflow_id);
         inner.supervisors.remove(&id);
         inner.reports_pending.insert(id);
         let _ = self.ended.send(id);
-        if let Some(w) = workflow {
-            self.workflow_task_ended(inner, w, id, ending.at);
+        if let Some(w) = job.workflow_id {
+            self.workflow_task_ended(inner, w, id, at);
         }
-        tracing::info!(job = id.0, state = %ending.state, reason = ending.reason.as_deref().unwrap_or(""), "job ended");
+        tracing::info!(job = id.0, state = %job.state(), reason = job.reason().unwrap_or(""), "job ended");
         self.notify_changed();
         self.wake();
+    }
+
+    /// A task started: its workflow, if it was still queued, is running.
+    fn workflow_task_started(&self, inner: &mut Inner, job: &JobRecord) {
+        if let Some(w) = job.workflow_id
+            && let Err(e) = inner.jobs.workflow_started(w)
+        {
+            tracing::error!(workflow = w, "cannot record the start: {e}");
+        }
     }
 
     /// Ends a workflow once its last task has ended: succeeded if every task did, cancelled if
     /// any was cancelled and none failed, else failed.
     fn workflow_task_ended(&self, inner: &mut Inner, workflow: u64, last: JobId, at: Millis) {
-        if inner
-            .active
-            .values()
-            .any(|j| j.workflow_id == Some(workflow))
-        {
+        if inner.jobs.active().any(|j| j.workflow_id == Some(workflow)) {
             return;
         }
-        let jobs = match inner.store.workflow_jobs(workflow) {
+        let jobs = match inner.jobs.store().workflow_jobs(workflow) {
             Ok(jobs) => jobs,
             Err(e) => {
                 tracing::error!(workflow, "cannot read the workflow's tasks: {e}");
                 return;
             }
         };
-        let all = |s: JobState| jobs.iter().all(|j| j.state == s);
-        let any = |s: JobState| jobs.iter().any(|j| j.state == s);
-        let state = if all(JobState::Succeeded) {
-            "succeeded"
-        } else if any(JobState::Cancelled) && !any(JobState::Failed) && !any(JobState::Timeout) {
-            "cancelled"
-        } else {
-            "failed"
-        };
-        tracing::info!(workflow, state, "workflow ended");
+        let states: Vec<JobState> = jobs.iter().map(|j| j.state()).collect();
+        let state = decide::workflow_outcome(&states);
+        tracing::info!(workflow, state = state.as_str(), "workflow ended");
         // The summary, stored, then sent through the tasks' channels with the last task's report.
-        let Some(wf) = inner.workflows.get(&workflow).cloned() else {
+        let Some(wf) = inner.jobs.workflow(workflow).cloned() else {
             return;
         };
-        let view = handlers::workflow_view(&wf, &jobs);
+        let view = handlers::workflow_view(&wf, &jobs, &HashMap::new());
         let lines: Vec<baton_core::workflow::TaskLine> = jobs
             .iter()
             .map(|j| baton_core::workflow::TaskLine {
                 task: j.task.clone().unwrap_or_else(|| j.name.clone()),
                 job: j.id.0,
-                state: j.state,
-                started_at: j.started_at,
-                ended_at: j.ended_at,
-                reason: j.reason.clone(),
+                state: j.state(),
+                started_at: j.started_at(),
+                ended_at: j.ended_at(),
+                reason: j.reason().map(str::to_string),
             })
             .collect();
         let summary = baton_core::workflow::summary(
             workflow,
             &wf.name,
-            state,
+            state.as_str(),
             wf.submitted_at,
             at,
             &view.critical_path,
@@ -811,17 +743,9 @@ impl Daemon {
         loop {
             tick.tick().await;
             let mut inner = self.lock();
-            if !inner.active.values().any(|j| j.reserved.is_some()) {
-                continue;
-            }
-            let until = now_ms() + LEASE_MS;
-            match inner.store.renew_leases(until) {
-                Ok(_) => {
-                    for job in inner.active.values_mut().filter(|j| j.reserved.is_some()) {
-                        job.lease_until = Some(until);
-                    }
-                }
-                Err(e) => tracing::error!("cannot renew reservation leases: {e}"),
+            let now = now_ms();
+            if let Err(e) = inner.jobs.renew_leases(now + LEASE_MS, now) {
+                tracing::error!("cannot renew reservation leases: {e}");
             }
         }
     }
@@ -832,37 +756,26 @@ impl Daemon {
         let now = now_ms();
         let mut inner = self.lock();
         let expired: Vec<u64> = inner
-            .workflows
-            .values()
+            .jobs
+            .workflows()
             .filter(|wf| wf.atomic && wf.admitted_at.is_some())
             .filter(|wf| {
                 let tasks: Vec<&JobRecord> = inner
-                    .active
-                    .values()
+                    .jobs
+                    .active()
                     .filter(|j| j.workflow_id == Some(wf.id))
                     .collect();
-                let none_started = tasks.iter().all(|j| j.attempt == 0);
+                let none_started = tasks.iter().all(|j| j.attempt() == 0);
                 let lapsed = tasks
                     .iter()
-                    .any(|j| j.lease_until.is_some_and(|until| until < now));
+                    .any(|j| j.lease_until().is_some_and(|until| until < now));
                 none_started && lapsed
             })
             .map(|wf| wf.id)
             .collect();
         for w in expired {
-            match inner.store.release_reservations(w, now) {
+            match inner.jobs.release(w, now) {
                 Ok(()) => {
-                    for job in inner
-                        .active
-                        .values_mut()
-                        .filter(|j| j.workflow_id == Some(w))
-                    {
-                        job.reserved = None;
-                        job.lease_until = None;
-                    }
-                    if let Some(wf) = inner.workflows.get_mut(&w) {
-                        wf.admitted_at = None;
-                    }
                     tracing::warn!(
                         workflow = w,
                         "reservation lease expired while the daemon was away; GPUs released"
@@ -891,9 +804,9 @@ impl Daemon {
     /// Copies of the running jobs.
     fn running(&self) -> Vec<JobRecord> {
         self.lock()
-            .active
-            .values()
-            .filter(|j| j.state == JobState::Running)
+            .jobs
+            .active()
+            .filter(|j| j.state() == JobState::Running)
             .cloned()
             .collect()
     }
@@ -902,35 +815,33 @@ impl Daemon {
     async fn recover(self: &Arc<Self>) {
         self.release_expired_reservations();
         // Jobs Slurm runs are followed by the Slurm tracker, not by supervisors.
-        for job in self.running().into_iter().filter(|j| j.slurm_id.is_none()) {
+        for job in self
+            .running()
+            .into_iter()
+            .filter(|j| j.slurm_id().is_none())
+        {
             let files = self.files(job.id);
-            match self.executor.recover(&files, job.attempt).await {
+            let attempt = job.attempt();
+            match self.executor.recover(&files, attempt).await {
                 Recovery::Ended(exit) => {
                     tracing::info!(job = job.id.0, "ended while the daemon was away");
-                    self.attempt_ended(job.id, job.attempt, Some(exit));
+                    self.attempt_ended(job.id, attempt, Some(exit));
                 }
                 Recovery::Running(watch, signal) => {
                     tracing::info!(job = job.id.0, "still running; watching it again");
-                    self.watch(job.id, job.attempt, watch, Some(signal));
+                    self.watch(job.id, attempt, watch, Some(signal));
                 }
                 Recovery::NeverStarted => {
                     tracing::info!(job = job.id.0, "launch never started; back to the queue");
-                    let mut inner = self.lock();
-                    let reason = "requeued: the daemon stopped before it could start";
-                    if inner
-                        .store
-                        .requeue(job.id, false, reason, None, now_ms())
-                        .is_ok()
-                        && let Some(j) = inner.active.get_mut(&job.id)
-                    {
-                        j.state = JobState::Queued;
-                        j.gpus.clear();
-                        j.started_at = None;
-                        j.attempt -= 1;
+                    let withdraw = Transition::Withdraw {
+                        reason: "requeued: the daemon stopped before it could start".into(),
+                    };
+                    if let Err(e) = self.lock().jobs.apply(job.id, withdraw, now_ms()) {
+                        tracing::error!(job = job.id.0, "cannot put it back in the queue: {e}");
                     }
                 }
                 Recovery::Lost => {
-                    tokio::spawn(self.clone().lost(job.id, job.attempt));
+                    tokio::spawn(self.clone().lost(job.id, attempt));
                 }
             }
         }
@@ -955,11 +866,7 @@ impl Daemon {
 
     /// Looks a job up: the live copy if it is active, else the stored one.
     fn job(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
-        let inner = self.lock();
-        match inner.active.get(&id) {
-            Some(job) => Ok(Some(job.clone())),
-            None => inner.store.get(id),
-        }
+        self.lock().jobs.lookup(id)
     }
 }
 
@@ -975,15 +882,15 @@ fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<SchedulingInput, Stor
     // The GPUs of the jobs queued jobs depend on or want to be with: where their data is.
     let mut placed: HashMap<JobId, Vec<u32>> = HashMap::new();
     let mut missing = Vec::new();
-    for job in inner.active.values() {
-        match job.state {
+    for job in inner.jobs.active() {
+        match job.state() {
             JobState::Running => running.push(RunningJob {
                 id: job.id,
-                gpus: job.gpus.clone(),
+                gpus: job.gpus().to_vec(),
                 request: job.request,
                 ends_by: job
                     .time_limit
-                    .zip(job.started_at)
+                    .zip(job.started_at())
                     .map(|(limit, start)| start.saturating_add(limit)),
             }),
             // A queued job whose end waits to be recorded is not planned again.
@@ -991,10 +898,10 @@ fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<SchedulingInput, Stor
             JobState::Queued => {
                 let partners = job.deps.iter().map(|d| d.job).chain(job.colocate.clone());
                 for other in partners {
-                    match inner.active.get(&other) {
+                    match inner.jobs.get(other) {
                         Some(d) => {
-                            states.insert(other, d.state);
-                            placed.insert(other, d.gpus.clone());
+                            states.insert(other, d.state());
+                            placed.insert(other, d.gpus().to_vec());
                         }
                         None => missing.push(other),
                     }
@@ -1002,16 +909,11 @@ fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<SchedulingInput, Stor
                 pending.push(Queued {
                     owner: job.owner_uid,
                     job: PendingJob {
-                        gang: job.workflow_id.filter(|w| {
-                            inner
-                                .workflows
-                                .get(w)
-                                .is_some_and(|wf| wf.atomic && wf.admitted_at.is_none())
-                        }),
-                        reserved: job.reserved.clone(),
+                        gang: inner.jobs.in_waiting_gang(job),
+                        reserved: job.reserved().map(<[u32]>::to_vec),
                         colocate: job.colocate.clone(),
                         critical_path: job.critical_path,
-                        not_before: job.not_before,
+                        not_before: job.not_before(),
                         ..PendingJob::new(
                             job.id,
                             job.priority,
@@ -1027,7 +929,7 @@ fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<SchedulingInput, Stor
         }
     }
     // Dependencies that already ended are no longer active: ask the store.
-    for (id, (state, gpus)) in inner.store.states(&missing)? {
+    for (id, (state, gpus)) in inner.jobs.store().states(&missing)? {
         states.insert(id, state);
         placed.insert(id, gpus);
     }
@@ -1046,7 +948,7 @@ fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<SchedulingInput, Stor
     let first = pending.first().map(|p| p.owner);
     if pending.iter().any(|p| Some(p.owner) != first) {
         let mut uses = inner.recent_uses.clone();
-        uses.extend(inner.active.values().filter_map(|j| use_of(j, None)));
+        uses.extend(inner.jobs.active().filter_map(|j| use_of(j, None)));
         let usage =
             baton_core::fair_share::usage(&uses, now_ms(), baton_core::fair_share::HALF_LIFE_MS);
         for p in &mut pending {
@@ -1066,7 +968,7 @@ struct Queued {
 /// A job's use of the GPUs for fair share: GPUs held (a share of one for a memory-sized job)
 /// from its start to `end` (`None`: still running).
 fn use_of(job: &JobRecord, end: Option<Millis>) -> Option<baton_core::fair_share::Use> {
-    let start = job.started_at?;
+    let start = job.started_at()?;
     let gpus = match job.request.mem_per_gpu {
         None => job.request.count as f64,
         // A memory-sized job counts the part of an 80 GiB GPU it asked for.
@@ -1080,40 +982,40 @@ fn use_of(job: &JobRecord, end: Option<Millis>) -> Option<baton_core::fair_share
     })
 }
 
-/// Mirrors in memory a start the store has recorded (`Store::mark_started`): the job runs on
-/// `gpus` since `at` as a new attempt, and its workflow, if it was still queued, is running.
-/// Returns the job as it now is.
-fn started(inner: &mut Inner, id: JobId, gpus: Vec<u32>, at: Millis) -> Option<JobRecord> {
-    let job = inner.active.get_mut(&id)?;
-    job.state = JobState::Running;
-    job.gpus = gpus;
-    job.started_at = Some(at);
-    job.attempt += 1;
-    job.reason = None;
-    job.exit_code = None;
-    job.signal = None;
-    job.reserved = None;
-    job.lease_until = None;
-    job.not_before = None;
-    let job = job.clone();
-    if let Some(w) = job.workflow_id
-        && inner
-            .workflows
-            .get(&w)
-            .is_some_and(|wf| wf.state == "queued")
-    {
-        if let Err(e) = inner.store.set_workflow_state(w, "running", None) {
-            tracing::error!(workflow = w, "cannot record the start: {e}");
-        }
-        if let Some(wf) = inner.workflows.get_mut(&w) {
-            wf.state = "running".into();
-        }
-    }
-    Some(job)
+/// Where a launch's GPUs are known: here, for a local launch; or only to the cluster, which
+/// sets `CUDA_VISIBLE_DEVICES` itself (the Slurm scripts then copy it to `BATON_GPUS`).
+pub(crate) enum Placed<'a> {
+    Here(&'a [u32]),
+    ByCluster,
 }
 
-/// The variables baton gives every job (DESIGN §2) for its attempt `attempt`.
-fn baton_env(job: &JobRecord, attempt: u32, env: &mut BTreeMap<String, String>) {
+/// The environment of attempt `attempt` of a job (DESIGN §2), for every launch path: the
+/// submitter's variables, then baton's (`BATON_JOB_ID`, `BATON_JOB_NAME`, `BATON_ATTEMPT`,
+/// `BATON_WORKFLOW_ID`, `BATON_TASK`, and `BATON_JOB_KEY`, which names the attempt's processes
+/// machine-wide), and the GPUs when baton placed them.
+pub(crate) fn job_env(
+    job: &JobRecord,
+    attempt: u32,
+    placed: Placed<'_>,
+    tag: &str,
+) -> BTreeMap<String, String> {
+    let mut env = job.env.clone();
+    match placed {
+        Placed::Here(gpus) => {
+            let visible = gpus
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            env.insert("CUDA_VISIBLE_DEVICES".into(), visible.clone());
+            env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
+            env.insert("BATON_GPUS".into(), visible);
+        }
+        // What the submitter's shell had must not override what the cluster gives the job.
+        Placed::ByCluster => {
+            env.remove("CUDA_VISIBLE_DEVICES");
+        }
+    }
     env.insert("BATON_JOB_ID".into(), job.id.to_string());
     env.insert("BATON_JOB_NAME".into(), job.name.clone());
     env.insert("BATON_ATTEMPT".into(), attempt.to_string());
@@ -1123,79 +1025,19 @@ fn baton_env(job: &JobRecord, attempt: u32, env: &mut BTreeMap<String, String>) 
     if let Some(task) = &job.task {
         env.insert("BATON_TASK".into(), task.clone());
     }
+    env.insert(
+        contain::KEY_VAR.into(),
+        format!("{tag}.{}.{attempt}", job.id),
+    );
+    env
 }
 
-/// The state and reason for an attempt that ended with `exit` (None: the supervisor vanished).
-fn ending_for(job: &JobRecord, exit: Option<&ExitRecord>, now: Millis) -> Ending {
-    let Some(exit) = exit else {
-        if let Some(by) = &job.cancel_requested_by {
-            return Ending {
-                state: JobState::Cancelled,
-                exit_code: None,
-                signal: None,
-                reason: Some(format!("cancelled by {by}")),
-                at: now,
-            };
-        }
-        return Ending {
-            state: JobState::Failed,
-            exit_code: None,
-            signal: None,
-            reason: Some("the supervisor died without recording an exit status".into()),
-            at: now,
-        };
-    };
-    let cancelled_by = job.cancel_requested_by.as_ref().filter(|_| exit.cancelled);
-    let (state, reason) = if let Some(by) = cancelled_by {
-        (JobState::Cancelled, format!("cancelled by {by}"))
-    } else if exit.timed_out {
-        let limit = job
-            .time_limit
-            .map(baton_core::units::format_duration)
-            .unwrap_or_default();
-        (JobState::Timeout, format!("time limit of {limit} reached"))
-    } else if let Some(err) = &exit.error {
-        (JobState::Failed, format!("could not start: {err}"))
-    } else if exit.exit_code == Some(0) {
-        (JobState::Succeeded, String::new())
-    } else if let Some(sig) = exit.signal {
-        (
-            JobState::Failed,
-            format!("killed by signal {sig} ({})", signal_name(sig)),
-        )
-    } else {
-        (
-            JobState::Failed,
-            format!("exit code {}", exit.exit_code.unwrap_or(-1)),
-        )
-    };
-    Ending {
-        state,
-        exit_code: exit.exit_code,
-        signal: exit.signal,
-        reason: (!reason.is_empty()).then_some(reason),
-        at: if exit.ended_at > 0 {
-            exit.ended_at
-        } else {
-            now
-        },
-    }
-}
-
-pub fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        4 => "SIGILL",
-        6 => "SIGABRT",
-        7 => "SIGBUS",
-        8 => "SIGFPE",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        13 => "SIGPIPE",
-        14 => "SIGALRM",
-        15 => "SIGTERM",
-        _ => "signal",
+/// What an attempt's end depends on, for `decide`.
+fn facts(job: &JobRecord) -> JobFacts<'_> {
+    JobFacts {
+        cancel_requested_by: job.cancel_requested_by(),
+        time_limit: job.time_limit,
+        attempt: job.attempt(),
+        retries: job.retries,
     }
 }

@@ -119,9 +119,9 @@ impl Daemon {
         let idle_at = self.config.waste.idle_job.max_util;
         let mut inner = self.lock();
         let running: Vec<JobRecord> = inner
-            .active
-            .values()
-            .filter(|j| j.state == JobState::Running)
+            .jobs
+            .active()
+            .filter(|j| j.state() == JobState::Running)
             .cloned()
             .collect();
         // Processes of jobs that are not running: their leftovers, by job.
@@ -134,7 +134,7 @@ impl Daemon {
             }
         }
         for (id, slot) in ended.iter_mut() {
-            *slot = inner.store.get(*id).ok().flatten();
+            *slot = inner.jobs.store().get(*id).ok().flatten();
         }
         // Whose each process is. A process's `BATON_JOB_ID` is only its claim: anyone can set
         // it. It counts when the process's user owns that job; else the process is a stranger.
@@ -172,7 +172,7 @@ impl Daemon {
         for job in &running {
             let on: Vec<&GpuSample> = samples
                 .iter()
-                .filter(|s| job.gpus.contains(&s.index))
+                .filter(|s| job.gpus().contains(&s.index))
                 .collect();
             if on.is_empty() {
                 continue;
@@ -192,7 +192,7 @@ impl Daemon {
                 mem_total += mem;
                 job_rows.push(JobGpuSample {
                     job: job.id,
-                    attempt: job.attempt,
+                    attempt: job.attempt(),
                     gpu: s.index,
                     util,
                     mem,
@@ -226,12 +226,17 @@ impl Daemon {
             monitor.last_prune = now;
         }
 
-        if let Err(e) = inner.store.record_samples(now, &gpu_rows, &job_rows) {
+        if let Err(e) = inner
+            .jobs
+            .store_mut()
+            .record_samples(now, &gpu_rows, &job_rows)
+        {
             tracing::error!("cannot record GPU samples: {e}");
         }
         if prune
             && let Err(e) = inner
-                .store
+                .jobs
+                .store_mut()
                 .prune_samples(now - MINUTES_KEPT_MS, now - AUDIT_KEPT_MS)
         {
             tracing::warn!("cannot prune old GPU samples: {e}");
@@ -268,7 +273,7 @@ impl Daemon {
                 "waste: {}",
                 d.message
             );
-            match inner.store.add_audit(&entry) {
+            match inner.jobs.store_mut().add_audit(&entry) {
                 Ok(audit) if outcome == "pending" => todo.push(ToDo { audit, decision: d }),
                 Ok(_) => {}
                 Err(e) => tracing::error!("cannot record a waste decision, not acting on it: {e}"),
@@ -321,7 +326,12 @@ impl Daemon {
             Ok(done) => done.clone(),
             Err(why) => format!("failed: {why}"),
         };
-        if let Err(e) = self.lock().store.set_audit_outcome(item.audit, &text) {
+        if let Err(e) = self
+            .lock()
+            .jobs
+            .store_mut()
+            .set_audit_outcome(item.audit, &text)
+        {
             tracing::error!("cannot record a waste action's outcome: {e}");
         }
     }
@@ -371,7 +381,7 @@ impl Daemon {
     /// processes yield the CPU (nice 19), which feeds other jobs' input pipelines.
     fn deprioritize(&self, job: JobId) -> Result<String, String> {
         let mut inner = self.lock();
-        let Some(record) = inner.active.get(&job).cloned() else {
+        let Some(record) = inner.jobs.get(job).cloned() else {
             return Ok("the job has ended".into());
         };
         if !inner.monitor.deprioritized.insert(job) {
@@ -382,12 +392,9 @@ impl Daemon {
         }
         let priority = record.priority - DEPRIORITIZE_BY;
         inner
-            .store
+            .jobs
             .set_priority(job, priority, now_ms())
             .map_err(|e| e.to_string())?;
-        if let Some(j) = inner.active.get_mut(&job) {
-            j.priority = priority;
-        }
         drop(inner);
         let reniced = self
             .job_group(job)
@@ -412,21 +419,21 @@ impl Daemon {
     fn stop_job(&self, job: JobId, d: &Decision) -> Result<String, String> {
         let by = format!("baton ({} rule)", d.rule.as_str());
         let mut inner = self.lock();
-        let Some(record) = inner.active.get(&job).cloned() else {
+        let Some(record) = inner.jobs.get(job).cloned() else {
             return Ok("the job had already ended".into());
         };
-        if record.state != JobState::Running {
+        if record.state() != JobState::Running {
             return Ok("the job is not running".into());
         }
-        if record.cancel_requested_by.is_none() {
+        if record.cancel_requested_by().is_none() {
+            let request = baton_core::lifecycle::Transition::RequestCancel {
+                by: by.clone(),
+                reason: format!("stopping: {}", d.message),
+            };
             inner
-                .store
-                .mark_cancel_requested(job, &by, now_ms())
+                .jobs
+                .apply(job, request, now_ms())
                 .map_err(|e| e.to_string())?;
-            if let Some(j) = inner.active.get_mut(&job) {
-                j.cancel_requested_by = Some(by.clone());
-                j.reason = Some(format!("stopping: {}", d.message));
-            }
         }
         let signalled = inner
             .supervisors
@@ -445,9 +452,9 @@ impl Daemon {
     fn kill_job(&self, job: JobId) -> Result<String, String> {
         let running = self
             .lock()
-            .active
-            .get(&job)
-            .is_some_and(|j| j.state == JobState::Running);
+            .jobs
+            .get(job)
+            .is_some_and(|j| j.state() == JobState::Running);
         if !running {
             return Ok("the job had already ended".into());
         }
@@ -489,7 +496,7 @@ impl Daemon {
     /// The process group of a running job's current attempt, as its supervisor recorded it, if
     /// its leader is still that process (same start time): a reused group id is never hit.
     fn job_group(&self, job: JobId) -> Option<i32> {
-        let attempt = self.lock().active.get(&job)?.attempt;
+        let attempt = self.lock().jobs.get(job)?.attempt();
         let rec = self.files(job).supervisor_of(attempt)?;
         let (pgid, started) = (rec.pgid?, rec.started?);
         (pgid > 0 && crate::executor::process_start_time(pgid) == Some(started)).then_some(pgid)
@@ -502,7 +509,7 @@ impl Daemon {
             };
             let jobs: Vec<String> = running
                 .iter()
-                .filter(|j| j.gpus.contains(&s.index))
+                .filter(|j| j.gpus().contains(&s.index))
                 .map(|j| j.id.0.to_string())
                 .collect();
             let labels = crate::metrics::GpuLabels {
@@ -544,7 +551,7 @@ fn owner_of(
         return ProcOwner::Stranger;
     }
     let current =
-        record.state == JobState::Running && f.attempt.is_none_or(|a| a >= record.attempt);
+        record.state() == JobState::Running && f.attempt.is_none_or(|a| a >= record.attempt());
     if current {
         ProcOwner::Job(job)
     } else {
@@ -592,8 +599,8 @@ fn snapshot(
         owner: j.owner.clone(),
         name: j.name.clone(),
         tags: j.tags.clone(),
-        gpus: j.gpus.clone(),
-        started_at: j.started_at.unwrap_or(now),
+        gpus: j.gpus().to_vec(),
+        started_at: j.started_at().unwrap_or(now),
         running,
     };
     let mut jobs: Vec<JobObs> = running.iter().map(|j| obs(j, true)).collect();
@@ -646,7 +653,12 @@ mod tests {
                     ..NewJob::plain(&["python", "train.py"], 1)
                 })
                 .unwrap();
-            store.mark_started(&[(job.id, vec![g])], now_ms()).unwrap();
+            let start = baton_core::lifecycle::Transition::Start {
+                gpus: vec![g],
+                at: now_ms(),
+                on: baton_core::lifecycle::Runner::Local,
+            };
+            store.apply(&job, &start, now_ms()).unwrap();
             jobs.push(job.id);
         }
         // 64 live processes: 7 per job (carrying its BATON_JOB_ID), one stranger per GPU.

@@ -83,7 +83,7 @@ impl Daemon {
                     },
                     None => report::Look::Here,
                 };
-                let usage = match self.lock().store.job_usage(id, job.attempt) {
+                let usage = match self.lock().jobs.store().job_usage(id, job.attempt()) {
                     Ok(usage) => usage,
                     Err(e) => {
                         tracing::warn!(job = id.0, "no GPU usage for the report: {e}");
@@ -143,8 +143,8 @@ impl Daemon {
             // finishes in between would otherwise leave a stale "pending" row to send again.
             let (by_job, fetched, next) = {
                 let mut inner = self.lock();
-                let due = inner.store.due_deliveries(now, BATCH);
-                let next = inner.store.next_delivery_at();
+                let due = inner.jobs.store().due_deliveries(now, BATCH);
+                let next = inner.jobs.store().next_delivery_at();
                 match (due, next) {
                     (Ok(due), Ok(next)) => {
                         let fetched = due.len();
@@ -269,11 +269,11 @@ impl Daemon {
     fn workflow_message(&self, workflow: u64, anchor: &JobRecord) -> Option<Message> {
         let path = crate::paths::workflow_report(&self.config.home, workflow);
         let summary = std::fs::read_to_string(&path).ok()?;
-        let wf = self.lock().store.workflow(workflow).ok().flatten()?;
+        let wf = self.lock().jobs.store().workflow(workflow).ok().flatten()?;
         Some(Message::workflow(
             workflow,
             &wf.name,
-            &wf.state,
+            wf.state.as_str(),
             anchor.id.0,
             &summary,
             &path.display().to_string(),
@@ -291,7 +291,11 @@ impl Daemon {
         if let Outcome::Waiting(why) = &outcome {
             // The hook delivers; look again soon, for as long as it runs (Claude Code ends a
             // hook that runs past its timeout, and then it reads as gone).
-            let rescheduled = self.lock().store.recheck_delivery(d.id, now + HOOK_RECHECK);
+            let rescheduled = self
+                .lock()
+                .jobs
+                .store_mut()
+                .recheck_delivery(d.id, now + HOOK_RECHECK);
             match rescheduled {
                 Ok(()) => {
                     tracing::debug!(job = job.id.0, channel = %spec, "{why}");
@@ -302,7 +306,12 @@ impl Daemon {
             }
         }
         // A link with a later one standing by gives up sooner: the next link is waiting.
-        let has_next = self.lock().store.has_standby_after(d.id).unwrap_or(false);
+        let has_next = self
+            .lock()
+            .jobs
+            .store()
+            .has_standby_after(d.id)
+            .unwrap_or(false);
         let max_attempts = if has_next {
             CHAIN_ATTEMPTS
         } else {
@@ -330,13 +339,13 @@ impl Daemon {
         };
         match &outcome {
             Outcome::Delivered => {
-                if let Some(ended) = job.ended_at {
+                if let Some(ended) = job.ended_at() {
                     self.metrics.observe_wakeup_latency(
                         d.channel.kind(),
                         (now - ended).max(0) as f64 / 1000.0,
                     );
                 }
-                tracing::info!(job = job.id.0, channel = %spec, latency_ms = now - job.ended_at.unwrap_or(now), "report delivered")
+                tracing::info!(job = job.id.0, channel = %spec, latency_ms = now - job.ended_at().unwrap_or(now), "report delivered")
             }
             Outcome::Failed(why) if state == DeliveryState::Pending => {
                 tracing::warn!(job = job.id.0, channel = %spec, attempt = d.attempts + 1, "delivery failed: {why}")

@@ -18,11 +18,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_core::lifecycle::decide::{self, SlurmEnd, WorkflowState};
+use baton_core::lifecycle::{Ending, Exit, Runner, SlurmJob, Transition};
 use baton_core::{DepKind, JobId, JobState, Millis};
 
-use super::{Daemon, now_ms, signal_name};
+use super::{Daemon, Inner, Placed, facts, job_env, now_ms};
 use crate::slurm::{HetTask, JobInfo, QueueLine, Slurm, SlurmError, Submission};
-use crate::store::{Ending, JobRecord};
+use crate::store::JobRecord;
 
 /// Polling while jobs run, and the longest back-off while they only wait.
 const POLL_RUNNING: Duration = Duration::from_secs(1);
@@ -55,56 +57,48 @@ impl Daemon {
             // Atomic workflows go whole, as one heterogeneous job, once none of their tasks is
             // in Slurm yet (a retried task later goes alone, below).
             let atomic: Vec<u64> = inner
-                .workflows
-                .values()
-                .filter(|w| w.atomic && w.state == "queued")
+                .jobs
+                .workflows()
+                .filter(|w| w.atomic && w.state == WorkflowState::Queued)
                 .map(|w| w.id)
                 .collect();
             for w in atomic {
                 let tasks: Vec<JobRecord> = inner
-                    .active
-                    .values()
+                    .jobs
+                    .active()
                     .filter(|j| j.workflow_id == Some(w))
                     .cloned()
                     .collect();
-                let fresh = !tasks.is_empty()
-                    && tasks.iter().all(|t| {
-                        t.state == JobState::Queued
-                            && t.slurm_id.is_none()
-                            && t.slurm_submitting_at.is_none()
-                    });
+                let fresh = !tasks.is_empty() && tasks.iter().all(|t| unsubmitted(&t));
                 if !fresh {
                     continue;
                 }
-                for t in &tasks {
-                    if let Err(e) = inner.store.mark_slurm_submitting(t.id, now) {
-                        tracing::error!(job = t.id.0, "cannot record the submission: {e}");
+                let changes = tasks
+                    .iter()
+                    .map(|t| (t.id, Transition::SlurmSubmitting { at: now }))
+                    .collect();
+                match inner.jobs.apply_all(changes, now, |_| Ok(())) {
+                    Ok(submitting) => {
+                        gangs.push((w, submitting.into_iter().map(|(t, _)| t).collect()))
                     }
-                    if let Some(j) = inner.active.get_mut(&t.id) {
-                        j.slurm_submitting_at = Some(now);
-                    }
+                    Err(e) => tracing::error!(workflow = w, "cannot record the submission: {e}"),
                 }
-                gangs.push((w, tasks));
             }
             let queued: Vec<JobRecord> = inner
-                .active
-                .values()
-                .filter(|j| {
-                    j.state == JobState::Queued
-                        && j.slurm_id.is_none()
-                        && j.slurm_submitting_at.is_none()
-                })
+                .jobs
+                .active()
+                .filter(|j| unsubmitted(j))
                 .cloned()
                 .collect();
             let mut ended = Vec::new();
             for job in &queued {
                 for d in &job.deps {
-                    if !inner.active.contains_key(&d.job) {
+                    if !inner.jobs.is_active(d.job) {
                         ended.push(d.job);
                     }
                 }
             }
-            let ended = match inner.store.states(&ended) {
+            let ended = match inner.jobs.store().states(&ended) {
                 Ok(states) => states,
                 Err(e) => {
                     tracing::error!("Slurm pass skipped: {e}");
@@ -112,7 +106,7 @@ impl Daemon {
                 }
             };
             'jobs: for job in queued {
-                if let Some(at) = job.not_before.filter(|&at| at > now) {
+                if let Some(at) = job.not_before().filter(|&at| at > now) {
                     next_wakeup = Some(next_wakeup.map_or(at, |n| n.min(at)));
                     continue;
                 }
@@ -122,8 +116,8 @@ impl Daemon {
                         DepKind::Success => "afterok",
                         DepKind::Any => "afterany",
                     };
-                    match inner.active.get(&d.job) {
-                        Some(dep) => match dep.slurm_id {
+                    match inner.jobs.get(d.job) {
+                        Some(dep) => match dep.slurm_id() {
                             Some(sid) => deps.push(format!("{kind}:{sid}")),
                             None => continue 'jobs, // submitted after it
                         },
@@ -147,24 +141,18 @@ impl Daemon {
                         },
                     }
                 }
-                if let Err(e) = inner.store.mark_slurm_submitting(job.id, now) {
-                    tracing::error!(job = job.id.0, "cannot record the submission: {e}");
-                    continue;
+                match inner
+                    .jobs
+                    .apply(job.id, Transition::SlurmSubmitting { at: now }, now)
+                {
+                    Ok((job, _)) => submit.push((job, deps)),
+                    Err(e) => {
+                        tracing::error!(job = job.id.0, "cannot record the submission: {e}")
+                    }
                 }
-                if let Some(j) = inner.active.get_mut(&job.id) {
-                    j.slurm_submitting_at = Some(now);
-                }
-                submit.push((job, deps));
             }
             for (id, reason) in failed {
-                let ending = Ending {
-                    state: JobState::Failed,
-                    exit_code: None,
-                    signal: None,
-                    reason: Some(reason),
-                    at: now,
-                };
-                self.finish(&mut inner, id, ending);
+                self.finish(&mut inner, id, Ending::failed(reason, now));
             }
         }
         if submit.is_empty() && gangs.is_empty() {
@@ -189,10 +177,8 @@ impl Daemon {
         if let Err(e) = std::fs::create_dir_all(&files.dir) {
             tracing::error!(job = job.id.0, "cannot create the job's directory: {e}");
         }
-        let attempt = job.attempt + 1;
-        let mut env = job.env.clone();
-        env.remove("CUDA_VISIBLE_DEVICES");
-        super::baton_env(job, attempt, &mut env);
+        let attempt = job.attempt() + 1;
+        let env = job_env(job, attempt, Placed::ByCluster, &self.tag);
         let run_as = self.run_as(job);
         let submission = Submission {
             job: job.id.0,
@@ -220,17 +206,17 @@ impl Daemon {
         match result {
             Ok(sid) => {
                 tracing::info!(job = job.id.0, slurm = sid, "submitted to Slurm");
-                if let Err(e) = inner.store.set_slurm_id(job.id, sid, now) {
-                    tracing::error!(job = job.id.0, "cannot record Slurm job {sid}: {e}");
-                }
-                let cancel = match inner.active.get_mut(&job.id) {
-                    Some(j) => {
-                        j.slurm_id = Some(sid);
-                        j.reason = Some(format!("Slurm job {sid}: submitted"));
-                        // Cancelled while sbatch ran: cancel it in Slurm now.
-                        j.cancel_requested_by.is_some().then(|| j.clone())
+                let submitted = Transition::SlurmSubmitted {
+                    id: sid,
+                    reason: Some(format!("Slurm job {sid}: submitted")),
+                };
+                let cancel = match inner.jobs.apply(job.id, submitted, now) {
+                    // Cancelled while sbatch ran: cancel it in Slurm now.
+                    Ok((j, _)) => j.cancel_requested_by().is_some().then_some(j),
+                    Err(e) => {
+                        tracing::error!(job = job.id.0, "cannot record Slurm job {sid}: {e}");
+                        None
                     }
-                    None => None,
                 };
                 drop(inner);
                 if let Some(j) = cancel {
@@ -239,13 +225,7 @@ impl Daemon {
             }
             Err(SlurmError::Refused(message)) => {
                 tracing::warn!(job = job.id.0, "Slurm refused the job: {message}");
-                let ending = Ending {
-                    state: JobState::Failed,
-                    exit_code: None,
-                    signal: None,
-                    reason: Some(format!("Slurm refused the job: {message}")),
-                    at: now,
-                };
+                let ending = Ending::failed(format!("Slurm refused the job: {message}"), now);
                 self.finish(&mut inner, job.id, ending);
             }
             Err(e @ SlurmError::Unreachable(_)) => {
@@ -265,11 +245,7 @@ impl Daemon {
         let dirs: Vec<std::path::PathBuf> = tasks.iter().map(|t| self.files(t.id).dir).collect();
         let envs: Vec<_> = tasks
             .iter()
-            .map(|t| {
-                let mut env = t.env.clone();
-                super::baton_env(t, t.attempt + 1, &mut env);
-                env
-            })
+            .map(|t| job_env(t, t.attempt() + 1, Placed::ByCluster, &self.tag))
             .collect();
         let het: Vec<HetTask<'_>> = tasks
             .iter()
@@ -300,7 +276,7 @@ impl Daemon {
             Err(e) => Err(SlurmError::Refused(e)),
             Ok(run_as) => self.slurm().submit_het(
                 workflow,
-                tasks[0].attempt + 1,
+                tasks[0].attempt() + 1,
                 &het,
                 limit,
                 &dir,
@@ -318,26 +294,24 @@ impl Daemon {
                     tasks = tasks.len(),
                     "submitted to Slurm as one heterogeneous job"
                 );
-                for t in &tasks {
-                    if let Err(e) = inner.store.set_slurm_id(t.id, sid, now) {
-                        tracing::error!(job = t.id.0, "cannot record Slurm job {sid}: {e}");
-                    }
-                    if let Some(j) = inner.active.get_mut(&t.id) {
-                        j.slurm_id = Some(sid);
-                        j.reason = Some(format!("Slurm job {sid}: submitted (heterogeneous)"));
-                    }
+                let changes = tasks
+                    .iter()
+                    .map(|t| {
+                        let submitted = Transition::SlurmSubmitted {
+                            id: sid,
+                            reason: Some(format!("Slurm job {sid}: submitted (heterogeneous)")),
+                        };
+                        (t.id, submitted)
+                    })
+                    .collect();
+                if let Err(e) = inner.jobs.apply_all(changes, now, |_| Ok(())) {
+                    tracing::error!(workflow, "cannot record Slurm job {sid}: {e}");
                 }
             }
             Err(SlurmError::Refused(message)) => {
                 for t in &tasks {
-                    let ending = Ending {
-                        state: JobState::Failed,
-                        exit_code: None,
-                        signal: None,
-                        reason: Some(format!("Slurm refused the workflow: {message}")),
-                        at: now,
-                    };
-                    self.finish(&mut inner, t.id, ending);
+                    let reason = format!("Slurm refused the workflow: {message}");
+                    self.finish(&mut inner, t.id, Ending::failed(reason, now));
                 }
             }
             Err(e @ SlurmError::Unreachable(_)) => {
@@ -350,13 +324,18 @@ impl Daemon {
 
     /// Slurm did not answer: the jobs go back to waiting for submission, with the reason, and
     /// the next pass in a few seconds tries again.
-    fn submit_later(self: &Arc<Self>, inner: &mut super::Inner, ids: &[JobId], e: &SlurmError) {
-        for id in ids {
-            let _ = inner.store.clear_slurm_submitting(*id);
-            if let Some(j) = inner.active.get_mut(id) {
-                j.slurm_submitting_at = None;
-                j.reason = Some(format!("waiting for Slurm: {e}"));
-            }
+    fn submit_later(self: &Arc<Self>, inner: &mut Inner, ids: &[JobId], e: &SlurmError) {
+        let changes = ids
+            .iter()
+            .map(|id| {
+                let again = Transition::SlurmNotSubmitted {
+                    reason: Some(format!("waiting for Slurm: {e}")),
+                };
+                (*id, again)
+            })
+            .collect();
+        if let Err(e) = inner.jobs.apply_all(changes, now_ms(), |_| Ok(())) {
+            tracing::error!("cannot record that the submission waits: {e}");
         }
         let me = self.clone();
         tokio::spawn(async move {
@@ -383,21 +362,21 @@ impl Daemon {
     pub(super) fn slurm_recover(self: &Arc<Self>) {
         let interrupted: Vec<JobRecord> = self
             .lock()
-            .active
-            .values()
-            .filter(|j| j.slurm_id.is_none() && j.slurm_submitting_at.is_some())
+            .jobs
+            .active()
+            .filter(|j| j.slurm_id().is_none() && j.slurm_submitting_at().is_some())
             .cloned()
             .collect();
         for job in interrupted {
             let gang = job.workflow_id.filter(|w| {
                 self.lock()
-                    .workflows
-                    .get(w)
-                    .is_some_and(|wf| wf.atomic && wf.state == "queued")
+                    .jobs
+                    .workflow(*w)
+                    .is_some_and(|wf| wf.atomic && wf.state == WorkflowState::Queued)
             });
             let found = match gang {
-                Some(w) => self.slurm().find_het(w, job.attempt + 1),
-                None => self.slurm().find(job.id.0, job.attempt + 1),
+                Some(w) => self.slurm().find_het(w, job.attempt() + 1),
+                None => self.slurm().find(job.id.0, job.attempt() + 1),
             };
             let mut inner = self.lock();
             match found {
@@ -407,16 +386,19 @@ impl Daemon {
                         slurm = sid,
                         "found its interrupted submission"
                     );
-                    let _ = inner.store.set_slurm_id(job.id, sid, now_ms());
-                    if let Some(j) = inner.active.get_mut(&job.id) {
-                        j.slurm_id = Some(sid);
+                    let found = Transition::SlurmSubmitted {
+                        id: sid,
+                        reason: None,
+                    };
+                    if let Err(e) = inner.jobs.apply(job.id, found, now_ms()) {
+                        tracing::error!(job = job.id.0, "cannot record Slurm job {sid}: {e}");
                     }
                 }
                 Ok(None) => {
                     tracing::info!(job = job.id.0, "its submission never reached Slurm; again");
-                    let _ = inner.store.clear_slurm_submitting(job.id);
-                    if let Some(j) = inner.active.get_mut(&job.id) {
-                        j.slurm_submitting_at = None;
+                    let again = Transition::SlurmNotSubmitted { reason: None };
+                    if let Err(e) = inner.jobs.apply(job.id, again, now_ms()) {
+                        tracing::error!(job = job.id.0, "cannot record it: {e}");
                     }
                 }
                 Err(e) => {
@@ -437,9 +419,9 @@ impl Daemon {
         loop {
             let tracked: Vec<(JobId, u64)> = self
                 .lock()
-                .active
-                .values()
-                .filter_map(|j| j.slurm_id.map(|sid| (j.id, sid)))
+                .jobs
+                .active()
+                .filter_map(|j| j.slurm_id().map(|sid| (j.id, sid)))
                 .collect();
             if tracked.is_empty() {
                 self.slurm_wake.notified().await;
@@ -492,8 +474,8 @@ impl Daemon {
         for &(id, sid) in tracked {
             let line = lines.get(&sid);
             let state = line.map(|l| l.state.as_str()).unwrap_or("");
-            let known = self.lock().active.get(&id).cloned();
-            let Some(job) = known.filter(|j| j.slurm_id == Some(sid)) else {
+            let known = self.lock().jobs.get(id).cloned();
+            let Some(job) = known.filter(|j| j.slurm_id() == Some(sid)) else {
                 continue; // ended or resubmitted meanwhile
             };
             let is_final = line.is_none() || crate::slurm::parse::is_final(state);
@@ -514,16 +496,15 @@ impl Daemon {
                     Some(l) => format!("Slurm job {sid}: {}", l.state),
                     None => continue,
                 };
-                let mut inner = self.lock();
-                if job.slurm_state.as_deref() != Some(state) {
-                    let _ = inner.store.set_slurm_state(id, state, None);
-                    changed = true;
-                }
-                if let Some(j) = inner.active.get_mut(&id)
-                    && j.reason.as_deref() != Some(reason.as_str())
-                {
-                    j.reason = Some(reason);
-                    j.slurm_state = Some(state.to_string());
+                if job.slurm_state() != Some(state) || job.reason() != Some(reason.as_str()) {
+                    let seen = Transition::SlurmSeen {
+                        state: state.to_string(),
+                        reason: Some(reason),
+                        nodes: None,
+                    };
+                    if let Err(e) = self.lock().jobs.apply(id, seen, now_ms()) {
+                        tracing::warn!(job = id.0, "cannot record Slurm's word: {e}");
+                    }
                     changed = true;
                 }
                 continue;
@@ -543,7 +524,7 @@ impl Daemon {
                 changed = true;
                 continue;
             };
-            if job.state == JobState::Queued {
+            if job.state() == JobState::Queued {
                 self.slurm_started(&job, &info);
                 changed = true;
             }
@@ -571,7 +552,7 @@ impl Daemon {
         let started = read(crate::slurm::HET_START).and_then(|s| s.trim().parse::<i64>().ok());
         let exit = read(crate::slurm::HET_EXIT).map(|s| s.trim().to_string());
         let mut changed = false;
-        if job.state == JobState::Queued
+        if job.state() == JobState::Queued
             && let Some(start) = started
         {
             let placed = read(crate::slurm::HET_GPUS).unwrap_or_default();
@@ -597,13 +578,10 @@ impl Daemon {
         }
         let now = now_ms();
         let ending = match exit.as_deref() {
-            Some("dep") => Some(Ending {
-                state: JobState::Failed,
-                exit_code: None,
-                signal: None,
-                reason: Some("dependency failed: a task it runs after did not succeed".into()),
-                at: now,
-            }),
+            Some("dep") => Some(Ending::failed(
+                "dependency failed: a task it runs after did not succeed",
+                now,
+            )),
             Some(code) => {
                 let code: i32 = code.parse().unwrap_or(1);
                 let info = JobInfo {
@@ -639,7 +617,7 @@ impl Daemon {
         // No retries inside a heterogeneous job: its allocation is the workflow's, and the tasks
         // after this one have already been told how it went.
         let mut inner = self.lock();
-        if inner.active.contains_key(&job.id) {
+        if inner.jobs.is_active(job.id) {
             self.finish(&mut inner, job.id, ending);
         }
         Some(true)
@@ -649,20 +627,21 @@ impl Daemon {
     fn slurm_started(&self, job: &JobRecord, info: &JobInfo) {
         let start = info.start.unwrap_or_else(now_ms);
         let mut inner = self.lock();
-        if let Err(e) = inner
-            .store
-            .mark_started(&[(job.id, info.gpus.clone())], start)
-        {
-            tracing::error!(job = job.id.0, "cannot record the start: {e}");
-            return;
-        }
-        let _ = inner
-            .store
-            .set_slurm_state(job.id, &info.state, Some(&info.nodes));
-        super::started(&mut inner, job.id, info.gpus.clone(), start);
-        if let Some(j) = inner.active.get_mut(&job.id) {
-            j.slurm_nodes = Some(info.nodes.clone());
-            j.slurm_state = Some(info.state.clone());
+        let started = Transition::Start {
+            gpus: info.gpus.clone(),
+            at: start,
+            on: Runner::Slurm(SlurmJob {
+                id: info.id,
+                state: Some(info.state.clone()),
+                nodes: Some(info.nodes.clone()),
+            }),
+        };
+        match inner.jobs.apply(job.id, started, start) {
+            Ok((job, _)) => self.workflow_task_started(&mut inner, &job),
+            Err(e) => {
+                tracing::error!(job = job.id.0, "cannot record the start: {e}");
+                return;
+            }
         }
         tracing::info!(job = job.id.0, slurm = info.id, nodes = %info.nodes, gpus = ?info.gpus, "running in Slurm");
     }
@@ -670,13 +649,21 @@ impl Daemon {
     /// Slurm is done with the job: its end, as Slurm tells it.
     fn slurm_ended(&self, id: JobId, info: &JobInfo) {
         let mut inner = self.lock();
-        let Some(job) = inner.active.get(&id).cloned() else {
-            return;
+        let seen = Transition::SlurmSeen {
+            state: info.state.clone(),
+            reason: None,
+            nodes: None,
         };
-        let _ = inner.store.set_slurm_state(id, &info.state, None);
-        if let Some(j) = inner.active.get_mut(&id) {
-            j.slurm_state = Some(info.state.clone());
-        }
+        let job = match inner.jobs.apply(id, seen, now_ms()) {
+            Ok((job, _)) => job,
+            Err(e) => {
+                tracing::warn!(job = id.0, "cannot record Slurm's word: {e}");
+                match inner.jobs.get(id) {
+                    Some(job) => job.clone(),
+                    None => return,
+                }
+            }
+        };
         let ending = slurm_ending(&job, info, now_ms());
         tracing::info!(job = id.0, slurm = info.id, state = %info.state, "ended in Slurm");
         self.conclude_attempt(inner, &job, ending);
@@ -685,16 +672,11 @@ impl Daemon {
     /// Slurm no longer knows the job and there is no accounting to ask.
     fn slurm_lost(&self, job: &JobRecord, sid: u64) {
         let mut inner = self.lock();
-        let ending = Ending {
-            state: JobState::Failed,
-            exit_code: None,
-            signal: None,
-            reason: Some(format!(
-                "Slurm no longer knows Slurm job {sid}, and it has no accounting to ask"
-            )),
-            at: now_ms(),
-        };
-        if job.state == JobState::Running {
+        let ending = Ending::failed(
+            format!("Slurm no longer knows Slurm job {sid}, and it has no accounting to ask"),
+            now_ms(),
+        );
+        if job.state() == JobState::Running {
             self.conclude_attempt(inner, job, ending);
         } else {
             self.finish(&mut inner, job.id, ending);
@@ -710,7 +692,7 @@ impl Daemon {
     /// tracking, as `cancelled`.
     /// Called with the daemon's lock held, so `scancel` runs on a thread of its own.
     pub(super) fn slurm_cancel(&self, job: &JobRecord) {
-        let Some(sid) = job.slurm_id else {
+        let Some(sid) = job.slurm_id() else {
             return; // still in sbatch: cancelled as soon as it has an id
         };
         let slurm = self.slurm().clone();
@@ -733,70 +715,30 @@ enum Check {
     Quiet { running: bool },
 }
 
-/// The terminal state of a job Slurm reports ended.
+/// A queued job that has not gone to Slurm yet.
+fn unsubmitted(job: &&JobRecord) -> bool {
+    job.state() == JobState::Queued
+        && job.slurm_id().is_none()
+        && job.slurm_submitting_at().is_none()
+}
+
+/// The terminal state of a job Slurm reports ended (`decide::slurm_ending`).
 fn slurm_ending(job: &JobRecord, info: &JobInfo, now: Millis) -> Ending {
-    let limit = || {
-        job.time_limit
-            .map(baton_core::units::format_duration)
-            .unwrap_or_default()
-    };
-    let (state, reason) = match info.state.as_str() {
-        "COMPLETED" if info.exit_code.unwrap_or(0) == 0 => (JobState::Succeeded, String::new()),
-        "CANCELLED" => match &job.cancel_requested_by {
-            Some(by) => (JobState::Cancelled, format!("cancelled by {by}")),
-            None if info.reason.contains("Dependency") => (
-                JobState::Failed,
-                "dependency failed (Slurm cancelled it: its dependency can never be met)".into(),
-            ),
-            None => (
-                JobState::Cancelled,
-                "cancelled in Slurm (scancel outside baton)".into(),
-            ),
+    let end = SlurmEnd {
+        state: info.state.clone(),
+        reason: info.reason.clone(),
+        exit: Exit {
+            code: info.exit_code,
+            signal: info.signal,
         },
-        "TIMEOUT" | "DEADLINE" => (
-            JobState::Timeout,
-            format!("time limit of {} reached", limit()),
-        ),
-        "OUT_OF_MEMORY" => (
-            JobState::Failed,
-            "out of memory: Slurm killed it at its memory limit (OUT_OF_MEMORY)".into(),
-        ),
-        "NODE_FAIL" => (
-            JobState::Failed,
-            format!(
-                "node failure: Slurm lost its node {} (NODE_FAIL)",
-                info.nodes
-            ),
-        ),
-        "PREEMPTED" => (
-            JobState::Failed,
-            "preempted: Slurm stopped it for higher-priority work (PREEMPTED)".into(),
-        ),
-        "BOOT_FAIL" => (
-            JobState::Failed,
-            "its node failed to boot (BOOT_FAIL)".into(),
-        ),
-        _ => match (info.signal, info.exit_code) {
-            (Some(sig), _) => (
-                JobState::Failed,
-                format!("killed by signal {sig} ({})", signal_name(sig)),
-            ),
-            (None, Some(code)) if code != 0 => (JobState::Failed, format!("exit code {code}")),
-            _ => (JobState::Failed, format!("Slurm state {}", info.state)),
-        },
+        nodes: info.nodes.clone(),
+        end: info.end,
     };
-    Ending {
-        state,
-        exit_code: info.exit_code,
-        signal: info.signal,
-        reason: (!reason.is_empty()).then_some(reason),
-        at: info.end.unwrap_or(now),
-    }
+    decide::slurm_ending(facts(job), &end, now)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::daemon::tag_for;
 
     #[test]
@@ -815,52 +757,5 @@ mod tests {
             tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1001)
         );
         assert_eq!(a.len(), 8);
-    }
-
-    #[test]
-    fn slurm_states_map_to_baton_states_and_reasons() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = crate::store::Store::open(&dir.path().join("baton.db")).unwrap();
-        let job = store
-            .insert(&crate::store::NewJob {
-                time_limit: Some(60_000),
-                ..crate::store::NewJob::plain(&["true"], 1)
-            })
-            .unwrap();
-        let info = |state: &str, exit: Option<i32>, signal: Option<i32>| JobInfo {
-            state: state.into(),
-            exit_code: exit,
-            signal,
-            end: Some(5_000),
-            nodes: "gpu07".into(),
-            ..JobInfo::default()
-        };
-        let e = slurm_ending(&job, &info("COMPLETED", Some(0), None), 9);
-        assert_eq!(
-            (e.state, e.reason, e.at),
-            (JobState::Succeeded, None, 5_000)
-        );
-        let e = slurm_ending(&job, &info("FAILED", Some(3), None), 9);
-        assert_eq!(
-            (e.state, e.reason.as_deref()),
-            (JobState::Failed, Some("exit code 3"))
-        );
-        let e = slurm_ending(&job, &info("FAILED", None, Some(9)), 9);
-        assert_eq!(e.reason.as_deref(), Some("killed by signal 9 (SIGKILL)"));
-        let e = slurm_ending(&job, &info("TIMEOUT", None, Some(15)), 9);
-        assert_eq!(e.state, JobState::Timeout);
-        let e = slurm_ending(&job, &info("OUT_OF_MEMORY", None, Some(9)), 9);
-        assert!(e.reason.unwrap().contains("OUT_OF_MEMORY"));
-        let e = slurm_ending(&job, &info("NODE_FAIL", None, None), 9);
-        assert!(e.reason.unwrap().contains("gpu07"));
-        let e = slurm_ending(&job, &info("CANCELLED", None, Some(15)), 9);
-        assert_eq!(e.state, JobState::Cancelled);
-        let mut asked = job.clone();
-        asked.cancel_requested_by = Some("alice".into());
-        let e = slurm_ending(&asked, &info("CANCELLED", None, Some(15)), 9);
-        assert_eq!(e.reason.as_deref(), Some("cancelled by alice"));
-        let mut dep = info("CANCELLED", None, None);
-        dep.reason = "DependencyNeverSatisfied".into();
-        assert_eq!(slurm_ending(&job, &dep, 9).state, JobState::Failed);
     }
 }

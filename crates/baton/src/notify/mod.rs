@@ -188,13 +188,13 @@ impl Message {
         let json = serde_json::json!({
             "event": "job.waste_notice",
             "job_id": job.id.0,
-            "state": job.state,
+            "state": job.state(),
             "message": line,
         })
         .to_string();
         Message {
             job: job.id.0,
-            state: job.state.to_string(),
+            state: job.state().to_string(),
             exit_code: None,
             text,
             markdown: format!("{line}\n"),

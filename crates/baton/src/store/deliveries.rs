@@ -279,18 +279,16 @@ impl Store {
         Ok(link)
     }
 
-    /// Queues a workflow's summary through each channel, anchored on the task whose end ended it.
-    pub fn add_workflow_deliveries(
-        &mut self,
-        anchor: JobId,
-        workflow: u64,
+    /// One pending delivery per channel for a job that ends in the transaction `tx` (see
+    /// `insert_deliveries`).
+    pub(crate) fn insert_deliveries(
+        tx: &rusqlite::Transaction<'_>,
+        job: JobId,
+        workflow: Option<u64>,
         channels: &[Channel],
-        now: Millis,
+        at: Millis,
     ) -> Result<(), StoreError> {
-        let tx = self.conn.transaction()?;
-        insert_deliveries(&tx, anchor, Some(workflow), channels, now)?;
-        tx.commit()?;
-        Ok(())
+        insert_deliveries(tx, job, workflow, channels, at)
     }
 
     /// Adds a delivery for a job that has ended (the inbox fallback when its agent session is
@@ -393,10 +391,9 @@ fn advance_chain(
 
 #[cfg(test)]
 mod tests {
-    use baton_core::JobState;
+    use baton_core::lifecycle::{Ending, Exit, Outcome, Transition};
 
     use super::*;
-    use crate::store::Ending;
     use crate::store::tests::new_job;
 
     /// The states of a job's deliveries, by channel kind, in order.
@@ -430,13 +427,19 @@ mod tests {
         let end = |store: &mut Store| {
             let job = store.insert(&new_job(&["true"])).unwrap();
             let ending = Ending {
-                state: JobState::Succeeded,
-                exit_code: Some(0),
-                signal: None,
+                outcome: Outcome::Succeeded,
+                exit: Exit {
+                    code: Some(0),
+                    signal: None,
+                },
                 reason: None,
                 at: 10,
             };
-            store.mark_ended(job.id, &ending, &channels).unwrap();
+            store
+                .apply_all(&[(&job, Transition::End(ending))], 10, |tx| {
+                    Store::insert_deliveries(tx, job.id, None, &channels, 10)
+                })
+                .unwrap();
             let ids: Vec<i64> = store
                 .deliveries(job.id)
                 .unwrap()

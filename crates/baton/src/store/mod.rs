@@ -57,8 +57,9 @@ pub use deliveries::{Delivery, DeliveryState};
 // No caller names `Event` today (they take it from `events()`), but it stays where it was.
 #[allow(unused_imports)]
 pub use events::Event;
-pub use jobs::{Ending, JobRecord, NewJob};
+pub use jobs::{JobRecord, NewJob};
 pub use monitor::{AuditEntry, GpuMinuteSample, JobGpuSample, JobGpuUsage};
+pub use rusqlite::Transaction;
 pub use workflows::{NewTask, NewWorkflow, WorkflowRecord};
 
 use std::path::Path;
@@ -78,6 +79,12 @@ pub enum StoreError {
         "the database was written by a newer baton (schema version {found}, this one knows {known})"
     )]
     TooNew { found: i64, known: i64 },
+    /// A transition that does not apply to the job's state (the caller's view was stale).
+    #[error("job {id}: {refused}")]
+    Refused {
+        id: u64,
+        refused: baton_core::lifecycle::Refused,
+    },
 }
 
 impl StoreError {

@@ -1,12 +1,13 @@
 //! The `workflows` table: a workflow as submitted (`NewWorkflow`, its `NewTask`s) and as
-//! recorded (`WorkflowRecord`); inserting one with all its tasks' jobs at once, its state, and
-//! an atomic workflow's admission: the GPUs reserved for its tasks under a lease, renewed or
-//! released.
+//! recorded (`WorkflowRecord`); inserting one with all its tasks' jobs at once, its state, its
+//! end (with its summary's deliveries), and when an atomic workflow was admitted (its tasks'
+//! reservations are job transitions, `jobs.rs`).
 
+use baton_core::lifecycle::decide::WorkflowState;
 use baton_core::{DepKind, Dependency, JobId, Millis};
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, Transaction, params};
 
-use super::events::log_event;
+use super::deliveries::insert_deliveries;
 use super::jobs::insert_job;
 use super::{JobRecord, NewJob, Store, StoreError, json};
 
@@ -17,7 +18,7 @@ pub struct WorkflowRecord {
     pub name: String,
     pub atomic: bool,
     /// queued (nothing started), running, then succeeded, failed or cancelled.
-    pub state: String,
+    pub state: WorkflowState,
     pub owner_uid: u32,
     pub owner: String,
     /// The file it came from, as given.
@@ -71,7 +72,16 @@ fn read_workflow(r: &Row<'_>, c: &WorkflowColumns) -> rusqlite::Result<WorkflowR
         id: r.get::<_, i64>(c.id)? as u64,
         name: r.get(c.name)?,
         atomic: r.get(c.atomic)?,
-        state: r.get(c.state)?,
+        state: {
+            let text: String = r.get(c.state)?;
+            WorkflowState::parse(&text).ok_or_else(|| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    c.state,
+                    rusqlite::types::Type::Text,
+                    format!("unknown workflow state {text:?}").into(),
+                )
+            })?
+        },
         owner_uid: r.get(c.owner_uid)?,
         owner: r.get(c.owner)?,
         source: r.get(c.source)?,
@@ -170,66 +180,46 @@ impl Store {
         self.select("WHERE workflow_id = ?1 ORDER BY id", [id as i64])
     }
 
-    /// Reserves GPUs for every task of an atomic workflow at once, under a lease.
-    pub fn reserve(
-        &mut self,
+    /// Records when an atomic workflow's tasks got their reservations (`None`: given back), in
+    /// the transaction that records the reservations.
+    pub(crate) fn set_workflow_admitted(
+        tx: &Transaction<'_>,
         workflow: u64,
-        reserved: &[(JobId, Vec<u32>)],
-        lease_until: Millis,
-        now: Millis,
+        at: Option<Millis>,
     ) -> Result<(), StoreError> {
-        let tx = self.conn.transaction()?;
-        for (id, gpus) in reserved {
-            tx.prepare_cached("UPDATE jobs SET reserved = ?1, lease_until = ?2 WHERE id = ?3")?
-                .execute(params![json(gpus), lease_until, id.0 as i64])?;
-            log_event(&tx, id.0, now, "reserved", &format!("gpus {gpus:?}"))?;
-        }
         tx.prepare_cached("UPDATE workflows SET admitted_at = ?1 WHERE id = ?2")?
-            .execute(params![now, workflow as i64])?;
-        tx.commit()?;
+            .execute(params![at, workflow as i64])?;
         Ok(())
     }
 
-    /// Extends the lease of every reservation still waiting to be used.
-    pub fn renew_leases(&mut self, until: Millis) -> Result<usize, StoreError> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "UPDATE jobs SET lease_until = ?1 WHERE reserved IS NOT NULL AND state = 'queued'",
-            )?
-            .execute([until])?)
-    }
-
-    /// Gives back every reservation of a workflow: it waits for admission again.
-    pub fn release_reservations(&mut self, workflow: u64, now: Millis) -> Result<(), StoreError> {
-        let tx = self.conn.transaction()?;
-        let ids: Vec<i64> = {
-            let mut stmt = tx.prepare_cached(
-                "SELECT id FROM jobs WHERE workflow_id = ?1 AND reserved IS NOT NULL",
-            )?;
-            let rows = stmt.query_map([workflow as i64], |r| r.get("id"))?;
-            rows.collect::<Result<_, _>>()?
-        };
-        for id in ids {
-            tx.prepare_cached("UPDATE jobs SET reserved = NULL, lease_until = NULL WHERE id = ?1")?
-                .execute([id])?;
-            log_event(&tx, id as u64, now, "released", "reservation lease expired")?;
-        }
-        tx.prepare_cached("UPDATE workflows SET admitted_at = NULL WHERE id = ?1")?
-            .execute([workflow as i64])?;
-        tx.commit()?;
-        Ok(())
-    }
-
+    /// A workflow's first task started: it is running.
     pub fn set_workflow_state(
         &mut self,
         id: u64,
-        state: &str,
+        state: WorkflowState,
         ended_at: Option<Millis>,
     ) -> Result<(), StoreError> {
         self.conn
             .prepare_cached("UPDATE workflows SET state = ?1, ended_at = ?2 WHERE id = ?3")?
-            .execute(params![state, ended_at, id as i64])?;
+            .execute(params![state.as_str(), ended_at, id as i64])?;
+        Ok(())
+    }
+
+    /// A workflow ended: its final state, and its summary queued through each channel, anchored
+    /// on the task whose end ended it, in one commit.
+    pub fn end_workflow(
+        &mut self,
+        id: u64,
+        state: WorkflowState,
+        at: Millis,
+        anchor: JobId,
+        channels: &[crate::notify::Channel],
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.prepare_cached("UPDATE workflows SET state = ?1, ended_at = ?2 WHERE id = ?3")?
+            .execute(params![state.as_str(), at, id as i64])?;
+        insert_deliveries(&tx, anchor, Some(id), channels, at)?;
+        tx.commit()?;
         Ok(())
     }
 }
@@ -291,7 +281,7 @@ mod tests {
             id: record.id,
             name: "pipe".into(),
             atomic: true,
-            state: "queued".into(),
+            state: WorkflowState::Queued,
             owner_uid: 1000,
             owner: "alice".into(),
             source: "pipe.yaml".into(),
@@ -301,26 +291,37 @@ mod tests {
         };
         assert_eq!(record, expected);
         assert_eq!(jobs[0].workflow_id, Some(record.id));
+        let reserve =
+            baton_core::lifecycle::Transition::Reserve(baton_core::lifecycle::Reservation {
+                gpus: vec![0],
+                lease_until: 100,
+            });
         store
-            .reserve(record.id, &[(jobs[0].id, vec![0])], 100, 10)
+            .apply_all(&[(&jobs[0], reserve)], 10, |tx| {
+                Store::set_workflow_admitted(tx, record.id, Some(10))
+            })
             .unwrap();
         assert_eq!(
             store.workflow(record.id).unwrap().unwrap().admitted_at,
             Some(10)
         );
-        assert_eq!(
-            store.workflow_jobs(record.id).unwrap()[0].reserved,
-            Some(vec![0])
-        );
-        store.release_reservations(record.id, 20).unwrap();
-        assert_eq!(store.workflow_jobs(record.id).unwrap()[0].reserved, None);
+        let reserved = store.workflow_jobs(record.id).unwrap().remove(0);
+        assert_eq!(reserved.reserved(), Some(&[0][..]));
         store
-            .set_workflow_state(record.id, "cancelled", Some(30))
+            .apply_all(
+                &[(&reserved, baton_core::lifecycle::Transition::Release)],
+                20,
+                |tx| Store::set_workflow_admitted(tx, record.id, None),
+            )
+            .unwrap();
+        assert_eq!(store.workflow_jobs(record.id).unwrap()[0].reserved(), None);
+        store
+            .end_workflow(record.id, WorkflowState::Cancelled, 30, jobs[0].id, &[])
             .unwrap();
         assert_eq!(
             store.workflow(record.id).unwrap().unwrap(),
             WorkflowRecord {
-                state: "cancelled".into(),
+                state: WorkflowState::Cancelled,
                 ended_at: Some(30),
                 ..expected
             }

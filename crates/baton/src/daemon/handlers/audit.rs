@@ -19,11 +19,12 @@ pub async fn handle(
     let sees_all = !daemon.config.system || peer.is_root() || peer.uid == daemon.uid;
     let inner = daemon.lock();
     let mut out = Vec::new();
-    for e in inner.store.audit_since(since)? {
+    for e in inner.jobs.store().audit_since(since)? {
         if !sees_all {
             let theirs = match e.job {
                 Some(job) => inner
-                    .store
+                    .jobs
+                    .store()
                     .get(job)?
                     .is_some_and(|j| j.owner_uid == peer.uid),
                 None => false,

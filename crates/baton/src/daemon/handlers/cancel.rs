@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{ConnectInfo, State};
+use baton_core::lifecycle::{Ending, Transition};
 use baton_core::{JobId, JobState};
 
 use crate::api::{CancelRequest, CancelResponse};
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
 use crate::executor::stop_supervisor;
-use crate::store::Ending;
 use crate::users;
 
 pub async fn handle(
@@ -47,7 +47,7 @@ pub(crate) fn cancel_jobs(
         let current = daemon.views(peer, ids)?;
         let mut inner = daemon.lock();
         for view in &current {
-            let Some(job) = inner.active.get(&JobId(view.id)) else {
+            let Some(job) = inner.jobs.get(JobId(view.id)) else {
                 continue;
             };
             if !peer.may_act_on(job) {
@@ -62,7 +62,7 @@ pub(crate) fn cancel_jobs(
                 && mine != theirs
                 && !force
             {
-                let age = match job.started_at {
+                let age = match job.started_at() {
                     Some(t) => format!(
                         "has run for {}",
                         baton_core::units::format_duration((now - t).max(0))
@@ -79,43 +79,35 @@ pub(crate) fn cancel_jobs(
                 )));
             }
         }
+        let request = || Transition::RequestCancel {
+            by: by.clone(),
+            reason: format!("cancelling (asked by {by})"),
+        };
         for id in ids {
-            let Some(job) = inner.active.get(id).cloned() else {
+            let Some(job) = inner.jobs.get(*id).cloned() else {
                 continue; // already ended: nothing to do
             };
             // Under Slurm, a job Slurm has (or is being given) is cancelled there; its end
             // comes back through tracking.
-            if daemon.slurm.is_some()
-                && (job.slurm_id.is_some() || job.slurm_submitting_at.is_some())
+            if daemon.slurm_backend()
+                && (job.slurm_id().is_some() || job.slurm_submitting_at().is_some())
             {
-                if job.cancel_requested_by.is_none() {
-                    inner.store.mark_cancel_requested(*id, &by, now)?;
-                    if let Some(j) = inner.active.get_mut(id) {
-                        j.cancel_requested_by = Some(by.clone());
-                        j.reason = Some(format!("cancelling (asked by {by})"));
-                    }
-                }
+                let job = match job.cancel_requested_by() {
+                    None => inner.jobs.apply(*id, request(), now)?.0,
+                    Some(_) => job,
+                };
                 daemon.slurm_cancel(&job);
                 continue;
             }
-            match job.state {
+            match job.state() {
                 JobState::Queued => {
-                    let end = Ending {
-                        state: JobState::Cancelled,
-                        exit_code: None,
-                        signal: None,
-                        reason: Some(format!("cancelled by {by} before it started")),
-                        at: now,
-                    };
+                    let end =
+                        Ending::cancelled(format!("cancelled by {by} before it started"), now);
                     daemon.finish(&mut inner, *id, end);
                 }
                 JobState::Running => {
-                    if job.cancel_requested_by.is_none() {
-                        inner.store.mark_cancel_requested(*id, &by, now)?;
-                        if let Some(j) = inner.active.get_mut(id) {
-                            j.cancel_requested_by = Some(by.clone());
-                            j.reason = Some(format!("cancelling (asked by {by})"));
-                        }
+                    if job.cancel_requested_by().is_none() {
+                        inner.jobs.apply(*id, request(), now)?;
                     }
                     // Asking again is harmless: the supervisor escalates on its own schedule.
                     // A supervisor still being started has no pidfd yet; `watch` delivers the

@@ -18,7 +18,7 @@ pub async fn handle(
 ) -> Result<Json<Vec<EventView>>, ApiError> {
     let id = JobId(id);
     daemon.readable_job(&peer, id, "history")?;
-    let events = daemon.lock().store.events(id)?;
+    let events = daemon.lock().jobs.store().events(id)?;
     Ok(Json(
         events
             .into_iter()

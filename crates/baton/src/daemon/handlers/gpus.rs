@@ -19,7 +19,7 @@ pub async fn handle(State(daemon): State<Arc<Daemon>>) -> Json<GpusResponse> {
             let sample = samples.iter().find(|s| s.index == info.index);
             let holders: Vec<_> = running
                 .iter()
-                .filter(|j| j.gpus.contains(&info.index))
+                .filter(|j| j.gpus().contains(&info.index))
                 .collect();
             GpuView {
                 index: info.index,

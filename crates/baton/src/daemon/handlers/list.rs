@@ -7,7 +7,6 @@ use axum::extract::{ConnectInfo, Query, State};
 use baton_core::JobId;
 
 use crate::api::{JobView, ListQuery};
-use crate::daemon::views::job_view_for;
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
 
 pub async fn handle(
@@ -28,29 +27,32 @@ pub async fn handle(
             now_ms() - daemon.config.recent_ms
         };
         let session = (session != "none").then_some(session.as_str());
-        let mut jobs = inner.store.by_session(session, since)?;
+        let mut jobs = inner.jobs.store().by_session(session, since)?;
         // A session is one user's: another user's pane `%1` is not this one.
         jobs.retain(|j| j.owner_uid == peer.uid);
         for job in jobs.iter_mut() {
-            if let Some(live) = inner.active.get(&job.id) {
+            if let Some(live) = inner.jobs.get(job.id) {
                 *job = live.clone();
             }
         }
-        return Ok(Json(jobs.iter().map(|j| job_view_for(&peer, j)).collect()));
+        return Ok(Json(
+            jobs.iter().map(|j| inner.jobs.view_for(&peer, j)).collect(),
+        ));
     }
     let mut jobs = if query.all {
-        inner.store.all()?
+        inner.jobs.store().all()?
     } else {
         inner
-            .store
+            .jobs
+            .store()
             .ended_since(now_ms() - daemon.config.recent_ms)?
     };
     if !query.all {
-        jobs.extend(inner.active.values().cloned());
+        jobs.extend(inner.jobs.active().cloned());
     } else {
         // The live copies carry the scheduler's current reasons.
         for job in jobs.iter_mut() {
-            if let Some(live) = inner.active.get(&job.id) {
+            if let Some(live) = inner.jobs.get(job.id) {
                 *job = live.clone();
             }
         }
@@ -60,7 +62,7 @@ pub async fn handle(
     Ok(Json(
         jobs.iter()
             .map(|j| {
-                let mut view = job_view_for(&peer, j);
+                let mut view = inner.jobs.view_for(&peer, j);
                 if let Some(Some(at)) = predicted.get(&j.id) {
                     view.predicted_start = Some(crate::daemon::views::rfc3339(*at));
                 }
@@ -87,11 +89,12 @@ impl Daemon {
     /// that says what exists.
     pub(crate) fn views(&self, peer: &Peer, ids: &[JobId]) -> Result<Vec<JobView>, ApiError> {
         let mut out = Vec::with_capacity(ids.len());
+        let inner = self.lock();
         for id in ids {
-            match self.job(*id)? {
-                Some(job) => out.push(job_view_for(peer, &job)),
+            match inner.jobs.lookup(*id)? {
+                Some(job) => out.push(inner.jobs.view_for(peer, &job)),
                 None => {
-                    let newest = self.lock().store.max_id()?;
+                    let newest = inner.jobs.store().max_id()?;
                     return Err(ApiError::NotFound(if newest == 0 {
                         format!("job {id} does not exist (no jobs have been submitted yet)")
                     } else {

@@ -116,7 +116,7 @@ impl Follow {
     }
 
     fn is_active(&self) -> bool {
-        self.daemon.lock().active.contains_key(&self.id)
+        self.daemon.lock().jobs.is_active(self.id)
     }
 }
 

@@ -18,10 +18,10 @@ pub async fn handle(
 ) -> Result<Json<ReportResponse>, ApiError> {
     let id = JobId(id);
     let job = daemon.readable_job(&peer, id, "reports")?;
-    if !job.state.is_terminal() {
+    if !job.state().is_terminal() {
         return Err(ApiError::Conflict(format!(
             "job {id} is {}; its report is written when it ends (`baton wait {id}` blocks until then)",
-            job.state
+            job.state()
         )));
     }
     let me = daemon.clone();
@@ -31,7 +31,8 @@ pub async fn handle(
         .ok_or_else(|| ApiError::Internal(format!("the report of job {id} could not be built")))?;
     let deliveries = daemon
         .lock()
-        .store
+        .jobs
+        .store()
         .deliveries(id)?
         .into_iter()
         .map(|d| DeliveryView {

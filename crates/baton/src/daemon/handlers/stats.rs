@@ -24,7 +24,8 @@ pub async fn handle(
     let since = q.since_ms.map_or(0, |ms| now - ms.max(0));
     let inner = daemon.lock();
     let gpus: Vec<GpuStats> = inner
-        .store
+        .jobs
+        .store()
         .gpu_utilisation_since(since)?
         .into_iter()
         .map(|g| GpuStats {
@@ -38,25 +39,25 @@ pub async fn handle(
         (!known.is_empty()).then(|| round1(known.iter().sum::<f64>() / known.len() as f64));
 
     // Jobs that held GPUs at some point in the period: ended in it, or still running.
-    let mut jobs: Vec<JobRecord> = inner.store.ended_since(since)?;
+    let mut jobs: Vec<JobRecord> = inner.jobs.store().ended_since(since)?;
     jobs.extend(
         inner
-            .active
-            .values()
-            .filter(|j| j.state == JobState::Running)
+            .jobs
+            .active()
+            .filter(|j| j.state() == JobState::Running)
             .cloned(),
     );
     let mut owners: BTreeMap<String, (f64, u64)> = BTreeMap::new();
     let mut allocated_ms = 0.0;
     for job in &jobs {
-        let Some(start) = job.started_at else {
+        let Some(start) = job.started_at() else {
             continue;
         };
         let held = held_gpus(&daemon, job);
         if held == 0.0 {
             continue;
         }
-        let end = job.ended_at.unwrap_or(now);
+        let end = job.ended_at().unwrap_or(now);
         let overlap = (end.min(now) - start.max(since)).max(0) as f64;
         let ms = held * overlap;
         allocated_ms += ms;
@@ -76,10 +77,10 @@ pub async fn handle(
 
     // Each attempt's sampled and idle time, counted for the part of its run inside the period
     // (spread evenly over the run: the store keeps an attempt's sums, not their times).
-    let usage = inner.store.usage_since(since)?;
+    let usage = inner.jobs.store().usage_since(since)?;
     let runs: HashMap<JobId, (i64, i64)> = jobs
         .iter()
-        .filter_map(|j| Some((j.id, (j.started_at?, j.ended_at.unwrap_or(now)))))
+        .filter_map(|j| Some((j.id, (j.started_at()?, j.ended_at().unwrap_or(now)))))
         .collect();
     let (mut sampled, mut idle) = (0.0_f64, 0.0_f64);
     for u in &usage {
@@ -95,7 +96,7 @@ pub async fn handle(
     let idle_share = (sampled > 0.0).then(|| round3(idle / sampled));
 
     let mut counts: HashMap<(String, String, bool), u64> = HashMap::new();
-    for e in inner.store.audit_since(since)? {
+    for e in inner.jobs.store().audit_since(since)? {
         *counts.entry((e.rule, e.action, e.dry_run)).or_default() += 1;
     }
     let mut waste_actions: Vec<WasteCount> = counts
@@ -125,9 +126,9 @@ pub async fn handle(
 /// GPUs a job held: whole GPUs count one each; a memory-sized job its share of each GPU.
 fn held_gpus(daemon: &Daemon, job: &JobRecord) -> f64 {
     match job.request.mem_per_gpu {
-        None => job.gpus.len() as f64,
+        None => job.gpus().len() as f64,
         Some(mem) => job
-            .gpus
+            .gpus()
             .iter()
             .map(|g| {
                 let total = daemon

@@ -29,17 +29,18 @@ pub async fn handle(
         let mut inner = daemon.lock();
         // A repeat of a submission already queued (its answer was lost): the same job again.
         if let Some(key) = &request_id
-            && let Some(id) = inner.store.job_for_request(peer.uid, key)?
+            && let Some(id) = inner.jobs.store().job_for_request(peer.uid, key)?
         {
-            let record = match inner.active.get(&id) {
+            let record = match inner.jobs.get(id) {
                 Some(live) => live.clone(),
                 None => inner
-                    .store
+                    .jobs
+                    .store()
                     .get(id)?
                     .ok_or_else(|| ApiError::Internal(format!("job {id} vanished")))?,
             };
             let mut view = job_view(&record);
-            if record.state == baton_core::JobState::Queued && !daemon.slurm_backend() {
+            if record.state() == baton_core::JobState::Queued && !daemon.slurm_backend() {
                 let (position, start) = queue_outlook(&daemon, &inner, &record);
                 view.queue_position = Some(position);
                 view.predicted_start = start.map(rfc3339);
@@ -47,17 +48,16 @@ pub async fn handle(
             return Ok(Json(view));
         }
         for dep in &job.deps {
-            if !inner.active.contains_key(&dep.job) && inner.store.get(dep.job)?.is_none() {
-                let newest = inner.store.max_id()?;
+            if !inner.jobs.is_active(dep.job) && inner.jobs.store().get(dep.job)?.is_none() {
+                let newest = inner.jobs.store().max_id()?;
                 return Err(ApiError::BadRequest(format!(
                     "--after: job {} does not exist (the newest job is {newest})",
                     dep.job
                 )));
             }
         }
-        let record = inner.store.insert_requested(&job, request_id.as_deref())?;
+        let record = inner.jobs.submit(&job, request_id.as_deref())?;
         daemon.metrics.job_submitted();
-        inner.active.insert(record.id, record.clone());
         let mut view = job_view(&record);
         // Under Slurm, Slurm's queue decides: baton's outlook would be a guess about another
         // scheduler (the job's reason says where Slurm has it once submitted).
@@ -123,10 +123,10 @@ fn request_id(headers: &HeaderMap, in_body: Option<&str>) -> Result<Option<Strin
 /// time limit in the way, there is no honest prediction.
 fn queue_outlook(daemon: &Daemon, inner: &Inner, job: &JobRecord) -> (usize, Option<i64>) {
     let ahead = inner
-        .active
-        .values()
+        .jobs
+        .active()
         .filter(|j| {
-            j.state == baton_core::JobState::Queued
+            j.state() == baton_core::JobState::Queued
                 && j.id != job.id
                 && (j.priority > job.priority || (j.priority == job.priority && j.id < job.id))
         })
@@ -134,24 +134,24 @@ fn queue_outlook(daemon: &Daemon, inner: &Inner, job: &JobRecord) -> (usize, Opt
     // A job that waits for another has no honest prediction until that one ends.
     let waits_on_deps = job.deps.iter().any(|d| {
         inner
-            .active
-            .get(&d.job)
-            .is_some_and(|dep| !dep.state.is_terminal())
+            .jobs
+            .get(d.job)
+            .is_some_and(|dep| !dep.state().is_terminal())
     });
     if ahead > 0 || waits_on_deps {
         return (ahead, None);
     }
     let running: Vec<baton_core::RunningJob> = inner
-        .active
-        .values()
-        .filter(|j| j.state == baton_core::JobState::Running)
+        .jobs
+        .active()
+        .filter(|j| j.state() == baton_core::JobState::Running)
         .map(|j| baton_core::RunningJob {
             id: j.id,
-            gpus: j.gpus.clone(),
+            gpus: j.gpus().to_vec(),
             request: j.request,
             ends_by: j
                 .time_limit
-                .zip(j.started_at)
+                .zip(j.started_at())
                 .map(|(l, s)| s.saturating_add(l)),
         })
         .collect();

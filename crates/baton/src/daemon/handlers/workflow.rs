@@ -80,7 +80,8 @@ pub async fn submit(
         let mut durations = Vec::with_capacity(spec.tasks.len());
         for task in &spec.tasks {
             let history = inner
-                .store
+                .jobs
+                .store()
                 .run_history(&task.command, &task.name, &spec.name)?;
             durations.push(workflow::predict_ms(
                 &history,
@@ -151,14 +152,10 @@ pub async fn submit(
             submitted_at: now,
             tasks,
         };
-        let (wf, jobs) = inner.store.insert_workflow(&new)?;
+        let (wf, jobs) = inner.jobs.submit_workflow(&new)?;
         for _ in &jobs {
             daemon.metrics.job_submitted();
         }
-        for job in &jobs {
-            inner.active.insert(job.id, job.clone());
-        }
-        inner.workflows.insert(wf.id, wf.clone());
         (wf, jobs)
     };
     // BATON_WORKFLOW_ID is known only now; the store has it as the jobs' workflow_id, and the
@@ -170,7 +167,7 @@ pub async fn submit(
         atomic = wf.atomic,
         "workflow queued"
     );
-    Ok(Json(view(&wf, &jobs)))
+    Ok(Json(view(&wf, &jobs, &HashMap::new())))
 }
 
 /// A task's working directory: its `cwd`, relative to the workflow file's directory, which is
@@ -251,8 +248,8 @@ pub async fn status(
     ConnectInfo(peer): ConnectInfo<Peer>,
     UrlPath(id): UrlPath<u64>,
 ) -> Result<Json<WorkflowView>, ApiError> {
-    let (wf, jobs) = daemon.workflow_with_jobs(id)?;
-    Ok(Json(view_for(&peer, &wf, &jobs)))
+    let (wf, jobs, reasons) = daemon.workflow_with_jobs(id)?;
+    Ok(Json(view_for(&peer, &wf, &jobs, &reasons)))
 }
 
 pub async fn cancel(
@@ -261,37 +258,43 @@ pub async fn cancel(
     UrlPath(id): UrlPath<u64>,
     Json(req): Json<CancelRequest>,
 ) -> Result<Json<WorkflowView>, ApiError> {
-    let (_, jobs) = daemon.workflow_with_jobs(id)?;
+    let (_, jobs, _) = daemon.workflow_with_jobs(id)?;
     let open: Vec<JobId> = jobs
         .iter()
-        .filter(|j| !j.state.is_terminal())
+        .filter(|j| !j.state().is_terminal())
         .map(|j| j.id)
         .collect();
     if !open.is_empty() {
         cancel_jobs(&daemon, &peer, &open, req.force, req.session.as_deref())?;
     }
-    let (wf, jobs) = daemon.workflow_with_jobs(id)?;
-    Ok(Json(view_for(&peer, &wf, &jobs)))
+    let (wf, jobs, reasons) = daemon.workflow_with_jobs(id)?;
+    Ok(Json(view_for(&peer, &wf, &jobs, &reasons)))
 }
+
+/// A workflow, its tasks, and the reasons to show for tasks where they are not the recorded
+/// ones (why each waits now).
+type WorkflowWithJobs = (WorkflowRecord, Vec<JobRecord>, HashMap<JobId, String>);
 
 impl Daemon {
     /// A workflow and its tasks, the live copies for those still active.
-    fn workflow_with_jobs(&self, id: u64) -> Result<(WorkflowRecord, Vec<JobRecord>), ApiError> {
+    fn workflow_with_jobs(&self, id: u64) -> Result<WorkflowWithJobs, ApiError> {
         let inner = self.lock();
-        let wf = match inner.workflows.get(&id) {
+        let wf = match inner.jobs.workflow(id) {
             Some(wf) => wf.clone(),
             None => inner
-                .store
+                .jobs
+                .store()
                 .workflow(id)?
                 .ok_or_else(|| ApiError::NotFound(format!("workflow {id} does not exist")))?,
         };
-        let mut jobs = inner.store.workflow_jobs(id)?;
+        let mut jobs = inner.jobs.store().workflow_jobs(id)?;
         for job in jobs.iter_mut() {
-            if let Some(live) = inner.active.get(&job.id) {
+            if let Some(live) = inner.jobs.get(job.id) {
                 *job = live.clone();
             }
         }
-        Ok((wf, jobs))
+        let reasons = inner.jobs.shown_reasons(&jobs);
+        Ok((wf, jobs, reasons))
     }
 }
 
@@ -299,18 +302,30 @@ impl Daemon {
 /// predicted critical path read back from the tasks' own predictions.
 /// The workflow as `peer` may see it: another user's without its source file and with its tasks
 /// as `job_view_for` shows them.
-pub fn view_for(peer: &Peer, wf: &WorkflowRecord, jobs: &[JobRecord]) -> WorkflowView {
-    let mut out = view(wf, jobs);
+pub fn view_for(
+    peer: &Peer,
+    wf: &WorkflowRecord,
+    jobs: &[JobRecord],
+    reasons: &HashMap<JobId, String>,
+) -> WorkflowView {
+    let mut out = view(wf, jobs, reasons);
     if !(peer.is_root() || peer.uid == wf.owner_uid) {
         out.source = String::new();
         for (task, job) in out.tasks.iter_mut().zip(jobs) {
+            let reason = task.job.reason.take();
             task.job = job_view_for(peer, job);
+            task.job.reason = reason;
         }
     }
     out
 }
 
-pub fn view(wf: &WorkflowRecord, jobs: &[JobRecord]) -> WorkflowView {
+/// The workflow object; `reasons` are shown over the tasks' recorded ones.
+pub fn view(
+    wf: &WorkflowRecord,
+    jobs: &[JobRecord],
+    reasons: &HashMap<JobId, String>,
+) -> WorkflowView {
     let name_of: HashMap<JobId, String> = jobs
         .iter()
         .map(|j| (j.id, j.task.clone().unwrap_or_else(|| j.name.clone())))
@@ -324,9 +339,15 @@ pub fn view(wf: &WorkflowRecord, jobs: &[JobRecord]) -> WorkflowView {
                 .iter()
                 .filter_map(|d| name_of.get(&d.job).cloned())
                 .collect(),
-            reserved: j.reserved.clone(),
+            reserved: j.reserved().map(<[u32]>::to_vec),
             critical_path_ms: j.critical_path,
-            job: job_view(j),
+            job: {
+                let mut view = job_view(j);
+                if let Some(reason) = reasons.get(&j.id) {
+                    view.reason = Some(reason.clone());
+                }
+                view
+            },
         })
         .collect();
     // Longest chain: from the root with the longest path, keep taking the successor with the
@@ -345,7 +366,7 @@ pub fn view(wf: &WorkflowRecord, jobs: &[JobRecord]) -> WorkflowView {
         id: wf.id,
         name: wf.name.clone(),
         atomic: wf.atomic,
-        state: wf.state.clone(),
+        state: wf.state.to_string(),
         owner: wf.owner.clone(),
         source: wf.source.clone(),
         submitted_at: rfc3339(wf.submitted_at),

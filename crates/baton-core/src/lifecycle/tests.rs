@@ -1,0 +1,338 @@
+use super::decide::*;
+use super::*;
+
+fn facts(attempt: u32, retries: u32) -> JobFacts<'static> {
+    JobFacts {
+        cancel_requested_by: None,
+        time_limit: Some(60_000),
+        attempt,
+        retries,
+    }
+}
+
+fn running(gpus: &[u32]) -> Life {
+    Life {
+        attempt: 1,
+        status: Status::Running(Running {
+            gpus: gpus.to_vec(),
+            since: 10,
+            on: Runner::Local,
+            cancel_requested_by: None,
+            reason: None,
+        }),
+    }
+}
+
+#[test]
+fn a_start_counts_an_attempt_and_holds_its_gpus() {
+    let (life, fx) = Life::submitted()
+        .apply(&Transition::Start {
+            gpus: vec![2, 3],
+            at: 5,
+            on: Runner::Local,
+        })
+        .unwrap();
+    assert_eq!(life.attempt, 1);
+    assert_eq!(life.state(), JobState::Running);
+    assert_eq!(life.status.held(), &[2, 3]);
+    assert_eq!((fx.hold, fx.free, fx.ended), (vec![2, 3], vec![], false));
+}
+
+#[test]
+fn a_reserved_job_starts_on_what_it_already_holds() {
+    let (reserved, fx) = Life::submitted()
+        .apply(&Transition::Reserve(Reservation {
+            gpus: vec![0, 1],
+            lease_until: 99,
+        }))
+        .unwrap();
+    assert_eq!(fx.hold, vec![0, 1]);
+    let (life, fx) = reserved
+        .apply(&Transition::Start {
+            gpus: vec![0, 1],
+            at: 5,
+            on: Runner::Local,
+        })
+        .unwrap();
+    assert_eq!(life.status.held(), &[0, 1]);
+    assert!(fx.hold.is_empty() && fx.free.is_empty(), "{fx:?}");
+}
+
+#[test]
+fn a_retry_keeps_how_the_attempt_ended_and_frees_the_gpus() {
+    let life = running(&[4]);
+    let ending = attempt_ending(
+        facts(1, 2),
+        Some(&AttemptExit {
+            exit: Exit {
+                code: Some(3),
+                signal: None,
+            },
+            ended_at: 50,
+            ..AttemptExit::default()
+        }),
+        60,
+    );
+    let t = after_attempt(facts(1, 2), ending, 1_000, 60);
+    let Transition::Retry {
+        exit, not_before, ..
+    } = &t
+    else {
+        panic!("{t:?}")
+    };
+    assert_eq!((exit.code, *not_before), (Some(3), 1_060));
+    let (life, fx) = life.apply(&t).unwrap();
+    let Status::Queued(q) = &life.status else {
+        panic!()
+    };
+    assert_eq!(q.previous.code, Some(3));
+    assert_eq!(
+        q.reason.as_deref(),
+        Some("attempt 1 exit code 3; retrying in 1s (2 retries left)")
+    );
+    assert_eq!(fx.free, vec![4]);
+    assert_eq!(
+        life.attempt, 1,
+        "a retry does not count an attempt until it starts"
+    );
+}
+
+#[test]
+fn the_last_retry_is_the_end() {
+    let ending = Ending::failed("exit code 1", 5);
+    assert!(matches!(
+        after_attempt(facts(3, 2), ending.clone(), 1_000, 5),
+        Transition::End(_)
+    ));
+    let ok = Ending {
+        outcome: Outcome::Succeeded,
+        ..ending
+    };
+    assert!(matches!(
+        after_attempt(facts(1, 2), ok, 1_000, 5),
+        Transition::End(_)
+    ));
+}
+
+#[test]
+fn an_ended_job_never_changes_again() {
+    let (ended, fx) = running(&[1])
+        .apply(&Transition::End(Ending::failed("x", 9)))
+        .unwrap();
+    assert!(fx.ended && fx.free == vec![1]);
+    let Status::Ended(e) = &ended.status else {
+        panic!()
+    };
+    assert_eq!(
+        e.ran,
+        Some(Ran {
+            gpus: vec![1],
+            since: 10
+        })
+    );
+    for t in [
+        Transition::End(Ending::failed("again", 10)),
+        Transition::Start {
+            gpus: vec![1],
+            at: 11,
+            on: Runner::Local,
+        },
+        Transition::RequestCancel {
+            by: "a".into(),
+            reason: "r".into(),
+        },
+    ] {
+        let err = ended.apply(&t).unwrap_err();
+        assert_eq!(err.job_state, JobState::Failed);
+    }
+}
+
+#[test]
+fn a_withdrawn_start_gives_its_attempt_back() {
+    let (life, fx) = running(&[0])
+        .apply(&Transition::Withdraw {
+            reason: "requeued: the daemon stopped before it could start".into(),
+        })
+        .unwrap();
+    assert_eq!((life.attempt, life.state()), (0, JobState::Queued));
+    assert_eq!(fx.free, vec![0]);
+}
+
+#[test]
+fn a_cancel_of_a_local_queued_job_is_its_end_not_a_request() {
+    let err = Life::submitted()
+        .apply(&Transition::RequestCancel {
+            by: "a".into(),
+            reason: "cancelling".into(),
+        })
+        .unwrap_err();
+    assert_eq!(err.job_state, JobState::Queued);
+}
+
+#[test]
+fn slurm_submission_then_tracking() {
+    let (life, _) = Life::submitted()
+        .apply(&Transition::SlurmSubmitting { at: 3 })
+        .unwrap();
+    let (life, _) = life
+        .apply(&Transition::SlurmSubmitted {
+            id: 77,
+            reason: Some("Slurm job 77: submitted".into()),
+        })
+        .unwrap();
+    let (life, _) = life
+        .apply(&Transition::SlurmSeen {
+            state: "PENDING".into(),
+            reason: Some("Slurm job 77: PENDING (Resources)".into()),
+            nodes: None,
+        })
+        .unwrap();
+    let Status::Queued(q) = &life.status else {
+        panic!()
+    };
+    assert_eq!(
+        q.reason.as_deref(),
+        Some("Slurm job 77: PENDING (Resources)")
+    );
+    let Some(SlurmQueue::Submitted { job, since }) = &q.slurm else {
+        panic!()
+    };
+    assert_eq!(
+        (job.id, job.state.as_deref(), *since),
+        (77, Some("PENDING"), Some(3))
+    );
+    // A job not being submitted has no submission to forget.
+    assert!(
+        Life::submitted()
+            .apply(&Transition::SlurmNotSubmitted { reason: None })
+            .is_err()
+    );
+}
+
+#[test]
+fn exits_end_attempts_as_the_supervisor_says() {
+    let exit = |code, signal, f: fn(&mut AttemptExit)| {
+        let mut e = AttemptExit {
+            exit: Exit { code, signal },
+            ended_at: 7,
+            ..AttemptExit::default()
+        };
+        f(&mut e);
+        e
+    };
+    let none: fn(&mut AttemptExit) = |_| {};
+    let e = attempt_ending(facts(1, 0), Some(&exit(Some(0), None, none)), 9);
+    assert_eq!((e.outcome, e.reason, e.at), (Outcome::Succeeded, None, 7));
+    let e = attempt_ending(facts(1, 0), Some(&exit(None, Some(9), none)), 9);
+    assert_eq!(e.reason.as_deref(), Some("killed by signal 9 (SIGKILL)"));
+    let e = attempt_ending(
+        facts(1, 0),
+        Some(&exit(None, Some(15), |e| e.timed_out = true)),
+        9,
+    );
+    assert_eq!(
+        (e.outcome, e.reason.as_deref()),
+        (Outcome::Timeout, Some("time limit of 1m00s reached"))
+    );
+    let e = attempt_ending(
+        facts(1, 0),
+        Some(&exit(Some(127), None, |e| {
+            e.error = Some("command not found: foo".into())
+        })),
+        9,
+    );
+    assert_eq!(
+        e.reason.as_deref(),
+        Some("could not start: command not found: foo")
+    );
+    let asked = JobFacts {
+        cancel_requested_by: Some("alice"),
+        ..facts(1, 0)
+    };
+    let e = attempt_ending(
+        asked,
+        Some(&exit(None, Some(15), |e| e.cancelled = true)),
+        9,
+    );
+    assert_eq!(
+        (e.outcome, e.reason.as_deref()),
+        (Outcome::Cancelled, Some("cancelled by alice"))
+    );
+    // A cancel asked but not what ended it (it exited first): the exit decides.
+    let e = attempt_ending(asked, Some(&exit(Some(1), None, none)), 9);
+    assert_eq!(e.outcome, Outcome::Failed);
+    let e = attempt_ending(facts(1, 0), None, 9);
+    assert_eq!(
+        (e.outcome, e.at),
+        (Outcome::Failed, 9),
+        "a supervisor gone without a record"
+    );
+    assert_eq!(attempt_ending(asked, None, 9).outcome, Outcome::Cancelled);
+}
+
+#[test]
+fn slurm_states_map_to_outcomes_and_reasons() {
+    let info = |state: &str, code: Option<i32>, signal: Option<i32>| SlurmEnd {
+        state: state.into(),
+        exit: Exit { code, signal },
+        end: Some(5_000),
+        nodes: "gpu07".into(),
+        ..SlurmEnd::default()
+    };
+    let job = facts(1, 0);
+    let e = slurm_ending(job, &info("COMPLETED", Some(0), None), 9);
+    assert_eq!(
+        (e.outcome, e.reason, e.at),
+        (Outcome::Succeeded, None, 5_000)
+    );
+    let e = slurm_ending(job, &info("FAILED", Some(3), None), 9);
+    assert_eq!(
+        (e.outcome, e.reason.as_deref()),
+        (Outcome::Failed, Some("exit code 3"))
+    );
+    let e = slurm_ending(job, &info("FAILED", None, Some(9)), 9);
+    assert_eq!(e.reason.as_deref(), Some("killed by signal 9 (SIGKILL)"));
+    assert_eq!(
+        slurm_ending(job, &info("TIMEOUT", None, Some(15)), 9).outcome,
+        Outcome::Timeout
+    );
+    let e = slurm_ending(job, &info("OUT_OF_MEMORY", None, Some(9)), 9);
+    assert!(e.reason.unwrap().contains("OUT_OF_MEMORY"));
+    let e = slurm_ending(job, &info("NODE_FAIL", None, None), 9);
+    assert!(e.reason.unwrap().contains("gpu07"));
+    let e = slurm_ending(job, &info("CANCELLED", None, Some(15)), 9);
+    assert_eq!(e.outcome, Outcome::Cancelled);
+    let asked = JobFacts {
+        cancel_requested_by: Some("alice"),
+        ..job
+    };
+    let e = slurm_ending(asked, &info("CANCELLED", None, Some(15)), 9);
+    assert_eq!(e.reason.as_deref(), Some("cancelled by alice"));
+    let mut dep = info("CANCELLED", None, None);
+    dep.reason = "DependencyNeverSatisfied".into();
+    assert_eq!(slurm_ending(job, &dep, 9).outcome, Outcome::Failed);
+}
+
+#[test]
+fn workflows_end_as_their_tasks_did() {
+    use JobState::*;
+    assert_eq!(
+        workflow_outcome(&[Succeeded, Succeeded]),
+        WorkflowState::Succeeded
+    );
+    assert_eq!(
+        workflow_outcome(&[Succeeded, Cancelled]),
+        WorkflowState::Cancelled
+    );
+    assert_eq!(
+        workflow_outcome(&[Cancelled, Failed]),
+        WorkflowState::Failed
+    );
+    assert_eq!(
+        workflow_outcome(&[Cancelled, Timeout]),
+        WorkflowState::Failed
+    );
+    for s in WorkflowState::ALL {
+        assert_eq!(WorkflowState::parse(s.as_str()), Some(s));
+    }
+}

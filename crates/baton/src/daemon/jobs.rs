@@ -1,0 +1,376 @@
+//! The job table: the one owner of every job's state and of the workflows', the store and the
+//! daemon's in-memory view together. Every change is a [`Transition`] (`baton_core::lifecycle`):
+//! the store computes the new status with `Life::apply`, commits the row written from it (and the
+//! history entry), and returns the new record, which then replaces the copy here. Nothing else
+//! writes a job: the map is private, and a record's status can only be made by the store. So
+//! memory and the database are written from the same value and cannot disagree.
+//!
+//! Two things are shown but not stored, because they are derived afresh: why a queued job waits
+//! in the latest scheduling pass, and that a job's end waits to be recorded (`durable`). They sit
+//! beside the records here (`shown`), never in them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use baton_core::lifecycle::decide::WorkflowState;
+use baton_core::lifecycle::{Effects, Transition};
+use baton_core::{JobId, JobState, Millis, WaitReason};
+
+use crate::notify::Channel;
+use crate::store::{
+    JobRecord, NewJob, NewWorkflow, Store, StoreError, Transaction, WorkflowRecord,
+};
+
+pub struct JobTable {
+    store: Store,
+    /// Queued and running jobs, as last committed.
+    active: BTreeMap<JobId, JobRecord>,
+    /// Workflows that have not ended, as last committed.
+    workflows: HashMap<u64, WorkflowRecord>,
+    /// Why each queued job waited in the last pass (kept as data: its text is made when shown).
+    waiting: HashMap<JobId, WaitReason>,
+    /// A word shown over a job's reason until it changes again (its end waits to be recorded).
+    shown: HashMap<JobId, String>,
+}
+
+impl JobTable {
+    /// Loads the active jobs and workflows of `store`.
+    pub fn load(store: Store) -> Result<JobTable, StoreError> {
+        let active = store.active()?.into_iter().map(|j| (j.id, j)).collect();
+        let workflows = store
+            .active_workflows()?
+            .into_iter()
+            .map(|w| (w.id, w))
+            .collect();
+        Ok(JobTable {
+            store,
+            active,
+            workflows,
+            waiting: HashMap::new(),
+            shown: HashMap::new(),
+        })
+    }
+
+    /// The store, for the tables this one does not own (deliveries, events, monitor) and for
+    /// reads.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// An active job.
+    pub fn get(&self, id: JobId) -> Option<&JobRecord> {
+        self.active.get(&id)
+    }
+
+    pub fn is_active(&self, id: JobId) -> bool {
+        self.active.contains_key(&id)
+    }
+
+    /// The queued and running jobs, by id.
+    pub fn active(&self) -> impl Iterator<Item = &JobRecord> {
+        self.active.values()
+    }
+
+    /// A job, active or not: the live copy if it is active, else the stored one.
+    pub fn lookup(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+        match self.active.get(&id) {
+            Some(job) => Ok(Some(job.clone())),
+            None => self.store.get(id),
+        }
+    }
+
+    /// The reason to show for a job: a derived word (why it waits now, an end not yet recorded)
+    /// over the one recorded.
+    pub fn reason_of<'a>(&'a self, job: &'a JobRecord) -> Option<std::borrow::Cow<'a, str>> {
+        if let Some(word) = self.shown.get(&job.id) {
+            return Some(word.as_str().into());
+        }
+        if job.state() == JobState::Queued
+            && let Some(why) = self.waiting.get(&job.id)
+        {
+            return Some(why.to_string().into());
+        }
+        job.reason().map(Into::into)
+    }
+
+    /// A job as `peer` may see it, with the reason [`reason_of`](Self::reason_of) gives.
+    pub fn view_for(&self, peer: &super::Peer, job: &JobRecord) -> crate::api::JobView {
+        let mut view = super::views::job_view_for(peer, job);
+        view.reason = self.reason_of(job).map(|r| r.into_owned());
+        view
+    }
+
+    /// The reasons to show for these jobs where they are not the recorded ones.
+    pub fn shown_reasons(&self, jobs: &[JobRecord]) -> HashMap<JobId, String> {
+        jobs.iter()
+            .filter_map(|j| {
+                let shown = self.reason_of(j)?;
+                (Some(shown.as_ref()) != j.reason()).then(|| (j.id, shown.into_owned()))
+            })
+            .collect()
+    }
+
+    // ---- transitions -------------------------------------------------------------------------
+
+    /// Queues a job.
+    pub fn submit(
+        &mut self,
+        job: &NewJob,
+        request_id: Option<&str>,
+    ) -> Result<JobRecord, StoreError> {
+        let record = self.store.insert_requested(job, request_id)?;
+        self.active.insert(record.id, record.clone());
+        Ok(record)
+    }
+
+    /// Queues a workflow and all its tasks, all or none.
+    pub fn submit_workflow(
+        &mut self,
+        wf: &NewWorkflow,
+    ) -> Result<(WorkflowRecord, Vec<JobRecord>), StoreError> {
+        let (record, jobs) = self.store.insert_workflow(wf)?;
+        for job in &jobs {
+            self.active.insert(job.id, job.clone());
+        }
+        self.workflows.insert(record.id, record.clone());
+        Ok((record, jobs))
+    }
+
+    /// Applies one transition to an active job: committed, then mirrored. Returns the job as it
+    /// now is and what the shell must do.
+    pub fn apply(
+        &mut self,
+        id: JobId,
+        transition: Transition,
+        at: Millis,
+    ) -> Result<(JobRecord, Effects), TableError> {
+        let mut done = self.apply_all(vec![(id, transition)], at, |_| Ok(()))?;
+        Ok(done.remove(0))
+    }
+
+    /// Applies transitions to several active jobs in one transaction, with `also` (the rows of
+    /// other tables that go with them: a job's deliveries, a workflow's admission) in the same
+    /// commit: all of it or none.
+    pub fn apply_all(
+        &mut self,
+        changes: Vec<(JobId, Transition)>,
+        at: Millis,
+        also: impl FnOnce(&Transaction<'_>) -> Result<(), StoreError>,
+    ) -> Result<Vec<(JobRecord, Effects)>, TableError> {
+        let mut current = Vec::with_capacity(changes.len());
+        for (id, t) in changes {
+            let job = self.active.get(&id).ok_or(TableError::NotActive(id))?;
+            current.push((job, t));
+        }
+        let done = self.store.apply_all(&current, at, also)?;
+        for (job, _) in &done {
+            self.shown.remove(&job.id);
+            if job.state().is_terminal() {
+                self.active.remove(&job.id);
+                self.waiting.remove(&job.id);
+            } else {
+                if job.state() != JobState::Queued {
+                    self.waiting.remove(&job.id);
+                }
+                self.active.insert(job.id, job.clone());
+            }
+        }
+        Ok(done)
+    }
+
+    /// Sets a job's priority (a waste rule lowered it).
+    pub fn set_priority(&mut self, id: JobId, priority: i64, at: Millis) -> Result<(), TableError> {
+        let job = self.active.get(&id).ok_or(TableError::NotActive(id))?;
+        let job = self.store.set_priority(job, priority, at)?;
+        self.active.insert(id, job);
+        Ok(())
+    }
+
+    /// Sets where an active job's report goes (the Claude Code hook claimed its wake-up).
+    pub fn set_notify(
+        &mut self,
+        id: JobId,
+        channels: &[Channel],
+        at: Millis,
+        why: &str,
+    ) -> Result<(), TableError> {
+        let job = self.active.get(&id).ok_or(TableError::NotActive(id))?;
+        let job = self.store.set_notify(job, channels, at, why)?;
+        self.active.insert(id, job);
+        Ok(())
+    }
+
+    /// Notes why each queued job waits after a pass; the text is made only when shown.
+    pub fn set_waiting(&mut self, plan_waiting: Vec<(JobId, WaitReason)>) {
+        let active = &self.active;
+        self.waiting.retain(|id, _| {
+            active
+                .get(id)
+                .is_some_and(|j| j.state() == JobState::Queued)
+        });
+        for (id, why) in plan_waiting {
+            self.waiting.insert(id, why);
+        }
+    }
+
+    /// Whether a job waited in an earlier pass (its start is then not a measure of dispatch).
+    pub fn has_waited(&self, id: JobId) -> bool {
+        self.waiting.contains_key(&id)
+    }
+
+    /// Shows `word` as a job's reason until its next transition.
+    pub fn show(&mut self, id: JobId, word: String) {
+        if self.active.contains_key(&id) {
+            self.shown.insert(id, word);
+        }
+    }
+
+    // ---- workflows ---------------------------------------------------------------------------
+
+    pub fn workflow(&self, id: u64) -> Option<&WorkflowRecord> {
+        self.workflows.get(&id)
+    }
+
+    /// The workflows that have not ended.
+    pub fn workflows(&self) -> impl Iterator<Item = &WorkflowRecord> {
+        self.workflows.values()
+    }
+
+    /// Whether the job is a task of an atomic workflow that waits for admission (its tasks are
+    /// then placed together or not at all).
+    pub fn in_waiting_gang(&self, job: &JobRecord) -> Option<u64> {
+        job.workflow_id.filter(|w| {
+            self.workflows
+                .get(w)
+                .is_some_and(|wf| wf.atomic && wf.admitted_at.is_none())
+        })
+    }
+
+    /// An atomic workflow's admission: every task's reservation and the workflow's admission
+    /// time in one commit.
+    pub fn admit(
+        &mut self,
+        workflow: u64,
+        reserved: &[(JobId, Vec<u32>)],
+        lease_until: Millis,
+        at: Millis,
+    ) -> Result<Vec<(JobRecord, Effects)>, TableError> {
+        let changes = reserved
+            .iter()
+            .map(|(id, gpus)| {
+                (
+                    *id,
+                    Transition::Reserve(baton_core::lifecycle::Reservation {
+                        gpus: gpus.clone(),
+                        lease_until,
+                    }),
+                )
+            })
+            .collect();
+        let done = self.apply_all(changes, at, |tx| {
+            Store::set_workflow_admitted(tx, workflow, Some(at))
+        })?;
+        if let Some(wf) = self.workflows.get_mut(&workflow) {
+            wf.admitted_at = Some(at);
+        }
+        Ok(done)
+    }
+
+    /// Gives back every reservation of a workflow whose lease lapsed: it waits for admission
+    /// again.
+    pub fn release(&mut self, workflow: u64, at: Millis) -> Result<(), TableError> {
+        let changes = self
+            .active
+            .values()
+            .filter(|j| j.workflow_id == Some(workflow) && j.reserved().is_some())
+            .map(|j| (j.id, Transition::Release))
+            .collect();
+        self.apply_all(changes, at, |tx| {
+            Store::set_workflow_admitted(tx, workflow, None)
+        })?;
+        if let Some(wf) = self.workflows.get_mut(&workflow) {
+            wf.admitted_at = None;
+        }
+        Ok(())
+    }
+
+    /// Extends the lease of every reservation still waiting to be used.
+    pub fn renew_leases(&mut self, until: Millis, at: Millis) -> Result<(), TableError> {
+        let changes: Vec<(JobId, Transition)> = self
+            .active
+            .values()
+            .filter(|j| j.reserved().is_some())
+            .map(|j| (j.id, Transition::RenewLease { until }))
+            .collect();
+        if !changes.is_empty() {
+            self.apply_all(changes, at, |_| Ok(()))?;
+        }
+        Ok(())
+    }
+
+    /// A workflow's first task started: the workflow is running.
+    pub fn workflow_started(&mut self, workflow: u64) -> Result<(), StoreError> {
+        let Some(wf) = self.workflows.get(&workflow) else {
+            return Ok(());
+        };
+        if wf.state != WorkflowState::Queued {
+            return Ok(());
+        }
+        self.store
+            .set_workflow_state(workflow, WorkflowState::Running, None)?;
+        if let Some(wf) = self.workflows.get_mut(&workflow) {
+            wf.state = WorkflowState::Running;
+        }
+        Ok(())
+    }
+
+    /// A workflow ended: its state and its summary's deliveries, in one commit.
+    pub fn end_workflow(
+        &mut self,
+        workflow: u64,
+        state: WorkflowState,
+        at: Millis,
+        last: JobId,
+        channels: &[Channel],
+    ) -> Result<(), StoreError> {
+        self.store
+            .end_workflow(workflow, state, at, last, channels)?;
+        self.workflows.remove(&workflow);
+        Ok(())
+    }
+}
+
+/// Why the table did not make a change.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("job {0} is not queued or running")]
+    NotActive(JobId),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl TableError {
+    pub fn short(&self) -> String {
+        match self {
+            TableError::Store(e) => e.short(),
+            other => other.to_string(),
+        }
+    }
+
+    /// The change can never go through (the job is not where the change expects it): trying
+    /// again is pointless.
+    pub fn is_moot(&self) -> bool {
+        matches!(
+            self,
+            TableError::NotActive(_) | TableError::Store(StoreError::Refused { .. })
+        )
+    }
+
+    /// The disk is full: the change may go through once there is room.
+    pub fn is_full(&self) -> bool {
+        matches!(self, TableError::Store(e) if e.is_full())
+    }
+}
