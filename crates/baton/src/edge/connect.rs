@@ -1,8 +1,8 @@
 //! Reaching the daemon: the client of the daemon this user talks to, starting the user's own
 //! daemon in the background when none answers (and sending the request again), and waiting for a
-//! daemon that restarts under a long wait. The CLI's `submit` and `workflow submit` and every MCP
-//! tool start a daemon this way; the CLI's other commands report that none runs (exit 3), as
-//! DESIGN §3 says.
+//! daemon that restarts under a long wait. The CLI's `submit` and `workflow submit` (DESIGN §2)
+//! and every MCP tool start a daemon this way; the CLI's other commands say that none runs
+//! (exit 3, DESIGN §3).
 
 use std::path::Path;
 use std::process::Stdio;

@@ -20,8 +20,7 @@ pub enum RequestError {
 }
 
 /// A job as its caller asked for it: everything in a submission but what [`submit_request`]
-/// adds about the caller.
-#[derive(Debug, Default)]
+/// adds about the caller. No `Debug`: its environment may hold secrets.
 pub struct Job {
     pub command: Vec<String>,
     pub name: Option<String>,
