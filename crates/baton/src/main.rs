@@ -5,6 +5,7 @@ mod api;
 mod cli;
 mod config;
 mod daemon;
+mod edge;
 mod executor;
 mod gpu;
 mod mcp;
@@ -28,7 +29,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             let code = cli::exit_code_for(&err);
-            eprintln!("baton: {}", cli::describe(&err));
+            eprintln!("baton: {}", edge::present::describe(err.as_ref()));
             ExitCode::from(code)
         }
     }

@@ -1,7 +1,8 @@
 //! `baton mcp`: baton's operations as MCP tools on stdio, for agents that call tools more readily
 //! than they read CLI help. Built on the official SDK (rmcp). Each tool is a thin layer over the
-//! same daemon client the CLI uses (started if no daemon runs), so results and error messages are
-//! the CLI's. Results are the JSON objects of DESIGN §3 (structured content) plus a short text.
+//! client edge the CLI uses too (`crate::edge`: the daemon's client, started if no daemon
+//! runs, its requests, workflow files and wording), so results and error messages are the CLI's.
+//! Results are the JSON objects of DESIGN §3 (structured content) plus a short text.
 //!
 //! Jobs submitted here carry the agent session of the process that started the server: Claude
 //! Code passes its session variables to the stdio servers it launches, so a report wakes the
@@ -28,9 +29,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::api::client::{Client, ClientError};
-use crate::api::{AgentContext, CancelRequest, JobView, LogsQuery, SubmitRequest, WaitRequest};
-use crate::cli::output;
-use crate::paths;
+use crate::api::{AgentContext, JobView, LogsQuery, SubmitRequest};
+use crate::edge::connect;
+use crate::edge::present::{self, ended};
+use crate::edge::request::{self, Job};
+use crate::edge::workflow;
 
 /// The longest `wait_for_jobs` blocks: it must return before the client gives up on the call.
 /// Checked on the versions baton is tested with (docs/agents.md): Codex 0.171.0 abandons a tool
@@ -76,7 +79,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         .build()?;
     runtime.block_on(async {
         let server = BatonTools::new(
-            Client::new(paths::client_socket()),
+            connect::client(),
             std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
         );
         let service = server
@@ -257,9 +260,9 @@ fn capitalised(text: &str) -> String {
     }
 }
 
-/// The CLI's words for a client error (`cli::describe`), as a tool error.
+/// The CLI's words for a client error ([`present::describe`]), as a tool error.
 fn client_error(e: ClientError) -> CallToolResult {
-    error(crate::cli::describe(&anyhow::Error::from(e)))
+    error(present::describe(&e))
 }
 
 #[tool_router]
@@ -279,15 +282,9 @@ impl BatonTools {
         f: impl Fn(&Client) -> Result<T, ClientError> + Send + 'static,
     ) -> Result<T, ClientError> {
         let client = self.client.clone();
-        tokio::task::spawn_blocking(move || match f(&client) {
-            Err(ClientError::NotRunning { .. }) => {
-                client.start_daemon(&paths::user_home())?;
-                f(&client)
-            }
-            other => other,
-        })
-        .await
-        .map_err(|e| ClientError::Transport(e.to_string()))?
+        tokio::task::spawn_blocking(move || connect::or_start_daemon(&client, &f))
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?
     }
 
     #[tool(
@@ -309,23 +306,15 @@ impl BatonTools {
             Err(e) => return Ok(error(e)),
         };
         let client = self.client.clone();
-        let submitted = tokio::task::spawn_blocking(move || {
-            client.submit(&request, &|| client.start_daemon(&paths::user_home()))
-        })
-        .await
-        .map_err(|e| ClientError::Transport(e.to_string()));
+        let submitted = tokio::task::spawn_blocking(move || connect::submit(&client, &request))
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()));
         Ok(match submitted.and_then(|r| r) {
             Ok(job) => {
-                let standing = match job.queue_position {
-                    Some(0) => "next in line".to_string(),
-                    Some(n) => format!("{n} queued ahead"),
-                    None => String::new(),
-                };
                 let text = format!(
-                    "queued job {} ({}); {standing}. {}",
-                    job.id,
-                    job.name,
-                    capitalised(&output::delivery_note(&job, false))
+                    "{} {}",
+                    present::job_queued(&job, &present::standing_brief(&job)),
+                    capitalised(&present::delivery_note(&job, false))
                 );
                 done(text, json_of(&job))
             }
@@ -349,7 +338,7 @@ impl BatonTools {
         let (source, text, base_dir) = match (&args.path, &args.yaml) {
             (Some(path), None) => {
                 let file = self.cwd.join(path);
-                let text = match crate::cli::workflow::read(&file, path) {
+                let text = match workflow::read(&file, path) {
                     Ok(t) => t,
                     Err(e) => return Ok(error(e.to_string())),
                 };
@@ -361,34 +350,22 @@ impl BatonTools {
                 (path.clone(), text, dir)
             }
             (None, Some(yaml)) => {
-                if let Err(e) = crate::cli::workflow::check("workflow", yaml) {
+                if let Err(e) = workflow::check("workflow", yaml) {
                     return Ok(error(e.to_string()));
                 }
                 ("workflow".to_string(), yaml.clone(), self.cwd.clone())
             }
             _ => return Ok(error("give exactly one of `path` and `yaml`")),
         };
-        let env: BTreeMap<String, String> = crate::cli::captured_env();
-        let request = crate::api::WorkflowSubmitRequest {
-            source,
-            text,
-            base_dir: base_dir.display().to_string(),
-            env,
-            umask: Some(crate::cli::current_umask()),
-            notify: args.notify,
-            context: self.context.clone(),
-        };
+        let request =
+            request::workflow_request(source, text, &base_dir, args.notify, self.context.clone());
         Ok(
             match self.call(move |c| c.submit_workflow(&request)).await {
                 Ok(wf) => {
                     let text = format!(
-                        "queued workflow {} ({}, {} tasks{}); critical path {}. {}",
-                        wf.id,
-                        wf.name,
-                        wf.tasks.len(),
-                        if wf.atomic { ", atomic" } else { "" },
-                        wf.critical_path.join(" -> "),
-                        capitalised(&output::workflow_delivery_note(&wf))
+                        "{}. {}",
+                        present::workflow_queued(&wf),
+                        capitalised(&present::workflow_delivery_note(&wf))
                     );
                     done(text, json_of(&wf))
                 }
@@ -410,7 +387,7 @@ impl BatonTools {
         };
         Ok(match self.call(move |c| c.list(&[args.id], false)).await {
             Ok(jobs) => match jobs.into_iter().next() {
-                Some(job) => done(output::summary(&job), json_of(&job)),
+                Some(job) => done(present::summary(&job), json_of(&job)),
                 None => error(format!("job {} does not exist", args.id)),
             },
             Err(e) => client_error(e),
@@ -434,9 +411,7 @@ impl BatonTools {
                 "unknown state {state:?}: expected queued, running, succeeded, failed, cancelled or timeout"
             )));
         }
-        let session = args
-            .mine
-            .then(|| self.context.session().unwrap_or_else(|| "none".into()));
+        let session = args.mine.then(|| request::mine(&self.context));
         let listed = self
             .call(move |c| match &session {
                 Some(s) => c.list_session(s, false),
@@ -451,7 +426,7 @@ impl BatonTools {
                 let text = if jobs.is_empty() {
                     "no jobs".to_string()
                 } else {
-                    output::job_table(&jobs)
+                    present::job_table(&jobs)
                 };
                 done(text, json!({ "jobs": jobs }))
             }
@@ -551,11 +526,7 @@ impl BatonTools {
             Ok(a) => a,
             Err(e) => return Ok(error(e)),
         };
-        let request = CancelRequest {
-            ids: vec![args.id],
-            force: args.force,
-            session: self.context.session(),
-        };
+        let request = request::cancel_request(vec![args.id], args.force, &self.context);
         Ok(match self.call(move |c| c.cancel(&request)).await {
             Ok(resp) => match resp.jobs.into_iter().next() {
                 Some(job) => {
@@ -597,14 +568,10 @@ impl BatonTools {
             return Ok(error("name at least one job id in `ids`"));
         }
         let seconds = args.timeout_seconds.min(MAX_WAIT_SECONDS);
-        let timeout_ms = (seconds * 1000) as i64;
+        let timeout = std::time::Duration::from_secs(seconds);
         let ids = args.ids.clone();
         let waited = self.call(move |c| {
-            let resp = c.wait(&WaitRequest {
-                ids: ids.clone(),
-                timeout_ms: Some(timeout_ms),
-                reports: true,
-            })?;
+            let resp = c.wait(&request::wait_request(ids.clone(), Some(timeout), true))?;
             // On a timeout the daemon sends no reports: fetch those of the jobs that ended.
             let mut reports = Vec::new();
             for (i, job) in resp.jobs.iter().enumerate() {
@@ -755,20 +722,12 @@ impl BatonTools {
             Some(text) => Some(parse_duration(text).map_err(|e| format!("time_limit: {e}"))?),
             None => None,
         };
+        // Relative to the project directory this server runs in (an absolute one replaces it).
         let cwd = match &args.cwd {
-            Some(dir) if Path::new(dir).is_absolute() => PathBuf::from(dir),
             Some(dir) => self.cwd.join(dir),
             None => self.cwd.clone(),
         };
-        let cwd = cwd
-            .canonicalize()
-            .map_err(|e| format!("working directory {}: {e}", cwd.display()))?;
-        if !cwd.is_dir() {
-            return Err(format!("{} is not a directory", cwd.display()));
-        }
-        let mut env: BTreeMap<String, String> = crate::cli::captured_env();
-        env.extend(args.env);
-        Ok(SubmitRequest {
+        let job = Job {
             command: args.command,
             name: args.name,
             gpus: args.gpus.unwrap_or(0),
@@ -779,18 +738,13 @@ impl BatonTools {
             time_limit_ms,
             retries: args.retries.unwrap_or(0),
             tags: args.tags,
-            cwd: cwd.display().to_string(),
-            env,
-            umask: Some(crate::cli::current_umask()),
             notify: args.notify,
-            context: self.context.clone(),
             request_id: args.request_id,
-        })
+            cwd,
+            env: args.env,
+        };
+        request::submit_request(job, self.context.clone()).map_err(|e| e.to_string())
     }
-}
-
-fn ended(job: &JobView) -> bool {
-    !matches!(job.state.as_str(), "queued" | "running")
 }
 
 #[tool_handler(router = self.tool_router)]

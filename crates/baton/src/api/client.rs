@@ -1,5 +1,5 @@
-//! The client side of the protocol: typed calls over the daemon's Unix socket, and starting a
-//! user daemon in the background when `baton submit` finds none.
+//! The client side of the protocol: typed calls over the daemon's Unix socket. Starting a
+//! daemon when none answers is the client edge's (`crate::edge::connect`).
 //!
 //! Deliberately small and blocking: one connection per call, HTTP/1.0 (so the daemon marks the
 //! end of every body by closing the connection, streamed or not), no async runtime. A CLI call
@@ -9,7 +9,6 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -166,6 +165,11 @@ impl Client {
         Client {
             socket: socket.into(),
         }
+    }
+
+    /// The socket this client talks to.
+    pub fn socket(&self) -> &Path {
+        &self.socket
     }
 
     /// Connects within `timeout`: a daemon that stopped accepting leaves a full backlog, and a
@@ -530,63 +534,6 @@ impl Client {
         };
         Ok(self.request("GET", &target, None, patience)?.body)
     }
-
-    /// Starts a user daemon in the background for `home` and waits (at most 10 s) until it
-    /// answers. Only the user's own socket is ever auto-started: a system socket or an explicit
-    /// `BATON_SOCKET` that nobody serves is reported instead.
-    pub fn start_daemon(&self, home: &Path) -> Result<(), ClientError> {
-        if self.socket != home.join("baton.sock") {
-            return Err(ClientError::NotRunning {
-                socket: self.socket.clone(),
-            });
-        }
-        spawn_daemon(home)?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match self.info() {
-                Ok(_) => return Ok(()),
-                Err(ClientError::NotRunning { .. }) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                Err(ClientError::NotRunning { .. }) => {
-                    return Err(ClientError::StartFailed(format!(
-                        "it did not open {} within 10 s; see {}",
-                        self.socket.display(),
-                        home.join("daemon.log").display()
-                    )));
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-fn spawn_daemon(home: &Path) -> Result<(), ClientError> {
-    let fail = |e: std::io::Error| ClientError::StartFailed(e.to_string());
-    std::fs::create_dir_all(home).map_err(fail)?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(home.join("daemon.log"))
-        .map_err(fail)?;
-    let exe = std::env::current_exe().map_err(fail)?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg("serve")
-        .env("BATON_HOME", home)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(fail)?)
-        .stderr(log);
-    // Its own session: the daemon must outlive this terminal and this client.
-    use std::os::unix::process::CommandExt;
-    unsafe {
-        cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(Into::into));
-    }
-    cmd.spawn().map_err(fail)?;
-    eprintln!(
-        "baton: started a daemon in the background (state in {}, log in daemon.log)",
-        home.display()
-    );
-    Ok(())
 }
 
 /// Encodes a query value: session ids are plain, but a pane like `%3` is not.

@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use baton_core::units::parse_duration;
 
-use super::{client, print_json};
+use super::print_json;
+use crate::edge::connect::client;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

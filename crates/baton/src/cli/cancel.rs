@@ -2,8 +2,10 @@
 
 use std::process::ExitCode;
 
-use super::{client, print_json};
-use crate::api::{AgentContext, CancelRequest};
+use super::print_json;
+use crate::api::AgentContext;
+use crate::edge::connect::client;
+use crate::edge::request;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -16,11 +18,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    let resp = client().cancel(&CancelRequest {
-        ids: args.ids,
-        force: args.force,
-        session: AgentContext::from_env().session(),
-    })?;
+    let resp = client().cancel(&request::cancel_request(
+        args.ids,
+        args.force,
+        &AgentContext::from_env(),
+    ))?;
     if json {
         print_json(&resp.jobs);
         return Ok(ExitCode::SUCCESS);

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::output;
 use crate::api::client::{Client, ClientError};
 use crate::api::{AgentContext, SubmitRequest, WaitRequest};
+use crate::edge::{present, request};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -177,7 +177,7 @@ fn tour(home: &Path, gpu_count: u32, stray: &mut std::process::Child) -> anyhow:
         std::thread::sleep(Duration::from_millis(20));
     }
     let work: PathBuf = home.join("work");
-    let mut env: BTreeMap<String, String> = super::captured_env();
+    let mut env: BTreeMap<String, String> = request::captured_env();
     env.insert(
         "PATH".into(),
         std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
@@ -238,7 +238,7 @@ fn tour(home: &Path, gpu_count: u32, stray: &mut std::process::Child) -> anyhow:
                 "\n$ baton status            (t = {:.1}s)",
                 started.elapsed().as_secs_f64()
             );
-            print!("{}", output::job_table(&jobs));
+            print!("{}", present::job_table(&jobs));
             last = shape;
         }
         if jobs
@@ -259,7 +259,7 @@ fn tour(home: &Path, gpu_count: u32, stray: &mut std::process::Child) -> anyhow:
         reports: false,
     })?;
     for job in &done.jobs {
-        println!("{}", output::summary(job));
+        println!("{}", present::summary(job));
     }
     if let Some(failed) = done.jobs.iter().find(|j| j.name == "broken-run") {
         let woken = inbox.received(Duration::from_secs(5));
@@ -278,7 +278,7 @@ fn tour(home: &Path, gpu_count: u32, stray: &mut std::process::Child) -> anyhow:
                      {latency} after the job ended, baton woke it with this message:\n",
                     failed.id
                 );
-                println!("{}", indent(&output::terminal_safe(&text)));
+                println!("{}", indent(&present::terminal_safe(&text)));
             }
             None => println!("\n(the demo agent's inbox got nothing; see the daemon log)"),
         }

@@ -2,7 +2,8 @@
 
 use std::process::ExitCode;
 
-use super::{client, print_json};
+use super::print_json;
+use crate::edge::connect::client;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

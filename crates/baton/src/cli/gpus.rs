@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use baton_core::units::format_size;
 
-use super::{client, print_json};
+use super::print_json;
+use crate::edge::connect::client;
 
 pub fn run(json: bool) -> anyhow::Result<ExitCode> {
     let resp = client().gpus()?;

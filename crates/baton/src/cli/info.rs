@@ -3,7 +3,8 @@
 
 use std::process::ExitCode;
 
-use super::{client, print_json};
+use super::print_json;
+use crate::edge::connect::client;
 
 pub fn run(json: bool) -> anyhow::Result<ExitCode> {
     let info = client().info()?;

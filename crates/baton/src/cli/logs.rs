@@ -3,8 +3,9 @@
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
-use super::{client, print_json};
+use super::print_json;
 use crate::api::LogsQuery;
+use crate::edge::connect::client;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -1,7 +1,9 @@
 //! The command line: one file per command. Each command parses its own arguments, talks to the
-//! daemon through `crate::api::client`, and prints human text or `--json`.
+//! daemon through the client edge (`crate::edge`: its connection, requests and wording, which
+//! the MCP server shares), and prints human text or `--json`. Nothing outside this module but
+//! `main` uses it.
 
-pub mod agent;
+mod agent;
 mod audit;
 mod cancel;
 mod completions;
@@ -10,7 +12,6 @@ mod events;
 mod gpus;
 mod info;
 mod logs;
-pub mod output;
 mod report;
 mod serve;
 mod shutdown;
@@ -19,14 +20,14 @@ mod slurm_mail;
 mod stats;
 mod status;
 mod submit;
-pub(crate) mod wait;
-pub(crate) mod workflow;
+mod wait;
+mod workflow;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::api::client::{Client, ClientError};
+use crate::api::client::ClientError;
 
 /// A GPU job queue for AI coding agents and the people who run them.
 #[derive(Debug, Parser)]
@@ -149,29 +150,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// This process's file-creation mask, which jobs run with. It can only be read by setting it;
-/// it is set straight back.
-pub fn current_umask() -> u32 {
-    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
-    rustix::process::umask(old);
-    old.bits()
-}
-
-/// This process's environment as a job gets it: every variable whose name and value are text and
-/// that a process can be started with. `std::env::vars` would panic on one that is not UTF-8,
-/// and the daemon refuses a name that is empty or holds `=` (a Windows-style `=C:` entry).
-pub fn captured_env() -> std::collections::BTreeMap<String, String> {
-    std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, _)| !k.is_empty() && !k.contains('='))
-        .collect()
-}
-
-/// The client for the daemon this user talks to.
-pub fn client() -> Client {
-    Client::new(crate::paths::client_socket())
-}
-
 pub fn exit_code_for(err: &anyhow::Error) -> u8 {
     if err.downcast_ref::<UsageError>().is_some() {
         return EXIT_USAGE;
@@ -183,10 +161,6 @@ pub fn exit_code_for(err: &anyhow::Error) -> u8 {
         Some(e) if e.is_usage() => EXIT_USAGE,
         _ => 1,
     }
-}
-
-pub fn describe(err: &anyhow::Error) -> String {
-    format!("{err:#}")
 }
 
 pub fn print_json<T: serde::Serialize>(value: &T) {

@@ -3,7 +3,9 @@
 
 use std::process::ExitCode;
 
-use super::{client, output, print_json};
+use super::print_json;
+use crate::edge::connect::client;
+use crate::edge::present;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -17,7 +19,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         print_json(&resp);
         return Ok(ExitCode::SUCCESS);
     }
-    print!("{}", output::terminal_safe(&resp.markdown));
+    print!("{}", present::terminal_safe(&resp.markdown));
     if !resp.markdown.ends_with('\n') {
         println!();
     }
@@ -27,7 +29,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|d| match &d.error {
                 Some(e) if d.state != "delivered" => {
-                    format!("{} {} ({})", d.channel, d.state, output::terminal_safe(e))
+                    format!("{} {} ({})", d.channel, d.state, present::terminal_safe(e))
                 }
                 _ => format!("{} {}", d.channel, d.state),
             })

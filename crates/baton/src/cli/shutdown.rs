@@ -5,8 +5,9 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use super::{client, print_json};
+use super::print_json;
 use crate::api::client::ClientError;
+use crate::edge::connect::client;
 
 pub fn run(json: bool) -> anyhow::Result<ExitCode> {
     let client = client();

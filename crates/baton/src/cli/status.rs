@@ -2,8 +2,10 @@
 
 use std::process::ExitCode;
 
-use super::{UsageError, client, output, print_json};
+use super::{UsageError, print_json};
 use crate::api::AgentContext;
+use crate::edge::connect::client;
+use crate::edge::{present, request};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -23,9 +25,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         if !args.ids.is_empty() {
             return Err(UsageError("--mine lists a session's jobs; drop the ids".into()).into());
         }
-        let session = AgentContext::from_env()
-            .session()
-            .unwrap_or_else(|| "none".into());
+        let session = request::mine(&AgentContext::from_env());
         client().list_session(&session, args.all)?
     } else {
         client().list(&args.ids, args.all)?
@@ -37,7 +37,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             "no jobs (queued, running, or ended in the last hour); `baton status --all` shows older ones"
         );
     } else {
-        print!("{}", output::job_table(&jobs));
+        print!("{}", present::job_table(&jobs));
     }
     // The daemon's own trouble (a full state directory), on stderr: a diagnostic, in every mode.
     if let Ok(info) = client().info()

@@ -9,9 +9,10 @@ use std::process::ExitCode;
 use baton_core::units::{parse_duration, parse_size};
 
 use super::{UsageError, print_json};
-use crate::api::client::Client;
-use crate::api::{AgentContext, JobView, SubmitRequest};
-use crate::paths;
+use crate::api::{AgentContext, JobView};
+use crate::edge::connect::{self, client};
+use crate::edge::present;
+use crate::edge::request::{self, Job};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -72,17 +73,11 @@ fn parse_tag(text: &str) -> Result<(String, String), String> {
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    let cwd = match &args.cwd {
-        Some(dir) => dir.clone(),
+    let cwd = match args.cwd {
+        Some(dir) => dir,
         None => std::env::current_dir()?,
     };
-    let cwd = cwd
-        .canonicalize()
-        .map_err(|e| UsageError(format!("working directory {}: {e}", cwd.display())))?;
-    if !cwd.is_dir() {
-        return Err(UsageError(format!("{} is not a directory", cwd.display())).into());
-    }
-    let req = SubmitRequest {
+    let job = Job {
         command: args.command,
         name: args.name,
         gpus: args.gpus,
@@ -93,15 +88,14 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         time_limit_ms: args.time_limit,
         retries: args.retries,
         tags: args.tags.into_iter().collect::<BTreeMap<_, _>>(),
-        cwd: cwd.display().to_string(),
-        env: super::captured_env(),
-        umask: Some(super::current_umask()),
         notify: args.notify,
-        context: AgentContext::from_env(),
         request_id: args.request_id,
+        cwd,
+        env: BTreeMap::new(),
     };
-    let client = Client::new(paths::client_socket());
-    let job = client.submit(&req, &|| client.start_daemon(&paths::user_home()))?;
+    let req = request::submit_request(job, AgentContext::from_env())
+        .map_err(|e| UsageError(e.to_string()))?;
+    let job = connect::submit(&client(), &req)?;
     if json {
         print_json(&job);
     } else {
@@ -115,45 +109,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
 /// that its report wakes the agent by itself (it can stop and need not poll), or that nothing
 /// will, and what to do instead.
 fn note(job: &JobView) -> String {
-    let standing = match (job.queue_position, &job.predicted_start) {
-        (Some(0), Some(at)) if starts_now(at) => "it starts now".to_string(),
-        (Some(0), Some(at)) => format!(
-            "it is next in line; predicted start {at} at the latest, when running jobs reach \
-             their time limits"
-        ),
-        (Some(0), None) if !job.after.is_empty() || !job.after_any.is_empty() => {
-            let deps: Vec<String> = job
-                .after
-                .iter()
-                .chain(&job.after_any)
-                .map(u64::to_string)
-                .collect();
-            format!("it starts once job {} has ended", deps.join(", "))
-        }
-        (Some(0), None) => {
-            "it is next in line; no predicted start (a running job has no time limit)".to_string()
-        }
-        (Some(n), _) => format!(
-            "{n} queued job{} ahead of it",
-            if n == 1 { " is" } else { "s are" }
-        ),
-        // The Slurm backend: Slurm's queue decides when it starts.
-        (None, _) => {
-            "it goes to Slurm's queue (baton status shows its Slurm job id and state)".to_string()
-        }
-    };
     format!(
-        "baton: queued job {id} ({name}); {standing}.\nbaton: {}",
-        super::output::delivery_note(job, true),
-        id = job.id,
-        name = job.name,
+        "baton: {}\nbaton: {}",
+        present::job_queued(job, &present::standing(job)),
+        present::delivery_note(job, true),
     )
-}
-
-/// A predicted start within a second of now (RFC 3339 from the daemon's clock).
-fn starts_now(at: &str) -> bool {
-    humantime::parse_rfc3339(at).is_ok_and(|t| {
-        t.duration_since(std::time::SystemTime::now())
-            .map_or(true, |ahead| ahead.as_secs() < 1)
-    })
 }

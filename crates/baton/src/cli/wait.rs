@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use baton_core::units::parse_duration;
 
-use super::{EXIT_JOB_FAILED, EXIT_TIMEOUT, client, output, print_json};
-use crate::api::WaitRequest;
+use super::{EXIT_JOB_FAILED, EXIT_TIMEOUT, print_json};
 use crate::api::client::ClientError;
+use crate::edge::connect::{self, client};
+use crate::edge::{present, request};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -57,13 +58,8 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     // Whether the daemon has answered (or at least accepted) a request of ours yet.
     let mut reached = false;
     let response = loop {
-        let timeout_ms =
-            deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as i64);
-        let req = WaitRequest {
-            ids: args.ids.clone(),
-            timeout_ms,
-            reports: !json && !args.brief,
-        };
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let req = request::wait_request(args.ids.clone(), left, !json && !args.brief);
         match client.wait(&req) {
             Ok(resp) => break resp,
             // The daemon restarted under us: running jobs survive that, so wait on. No daemon
@@ -75,7 +71,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
                 | ClientError::NotRunning { .. }),
             ) if (reached || !matches!(e, ClientError::NotRunning { .. }))
                 && deadline.is_none_or(|d| Instant::now() < d)
-                && reconnects(&client, deadline) =>
+                && connect::reconnects(&client, deadline) =>
             {
                 reached = true;
                 continue;
@@ -99,8 +95,8 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
                 println!();
             }
             match response.reports.get(i).cloned().flatten() {
-                Some(report) => print!("{}", output::terminal_safe(&report)),
-                None => println!("{}", output::summary(job)),
+                Some(report) => print!("{}", present::terminal_safe(&report)),
+                None => println!("{}", present::summary(job)),
             }
         }
         // Last, what happened in one line a job, for whoever reads only the end of the output
@@ -108,14 +104,14 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         println!();
         for (i, job) in response.jobs.iter().enumerate() {
             let line = match response.headlines.get(i).cloned().flatten() {
-                Some(headline) => output::terminal_safe(&headline),
-                None => output::summary(job),
+                Some(headline) => present::terminal_safe(&headline),
+                None => present::summary(job),
             };
             println!("baton: {line}");
         }
     } else {
         for job in &response.jobs {
-            println!("{}", output::summary(job));
+            println!("{}", present::summary(job));
         }
     }
     if !response.done {
@@ -127,17 +123,4 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         Ok(ExitCode::from(EXIT_JOB_FAILED))
     }
-}
-
-/// Waits up to a minute (never past the wait's own deadline) for the daemon to answer again.
-pub(crate) fn reconnects(client: &crate::api::client::Client, deadline: Option<Instant>) -> bool {
-    let minute = Instant::now() + Duration::from_secs(60);
-    let until = deadline.map_or(minute, |d| d.min(minute));
-    while Instant::now() < until {
-        if client.info().is_ok() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    false
 }

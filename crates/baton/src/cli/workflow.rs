@@ -1,20 +1,15 @@
 //! `baton workflow submit FILE | status ID | cancel ID`: DAG workflows (DESIGN §6). The file is
-//! read here, checked with the parser the daemon uses (so a file too large, with too many tasks
-//! or otherwise wrong is refused before anything is sent, with the daemon's own message), and
-//! sent whole; the daemon parses and checks it again, with what only it knows (the GPUs, the
-//! directories), so every client (CLI, MCP) gets the same errors, with the file's name, line
-//! and column.
+//! read and checked here as the MCP server's `submit_workflow` does (`crate::edge::workflow`:
+//! a wrong file is refused before anything is sent, with the daemon's own message), and sent
+//! whole; the daemon checks it again with what only it knows.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use baton_core::workflow::{self, MAX_FILE_BYTES, WorkflowError};
-
-use super::{UsageError, client, output, print_json};
-use crate::api::client::ClientError;
-use crate::api::{AgentContext, WorkflowSubmitRequest, WorkflowView};
-use crate::paths;
+use super::{UsageError, print_json};
+use crate::api::{AgentContext, WorkflowView};
+use crate::edge::connect::{self, client};
+use crate::edge::{present, request, workflow};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -56,97 +51,31 @@ pub fn run(command: Command, json: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Why a workflow file is not sent. `shown` is the file as the user named it.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum FileError {
-    #[error("{shown}: {error}")]
-    Unreadable {
-        shown: String,
-        error: std::io::Error,
-    },
-    #[error("{shown}: {error}")]
-    Invalid { shown: String, error: WorkflowError },
-}
-
-/// Reads a workflow file and checks it as the daemon will ([`check`]). A file over the size
-/// limit is refused from its size, unread.
-pub(crate) fn read(file: &Path, shown: &str) -> Result<String, FileError> {
-    let unreadable = |error| FileError::Unreadable {
-        shown: shown.to_string(),
-        error,
-    };
-    let too_large = |bytes: u64| FileError::Invalid {
-        shown: shown.to_string(),
-        error: WorkflowError::TooLarge {
-            bytes: bytes as usize,
-        },
-    };
-    let size = std::fs::metadata(file).map_err(unreadable)?.len();
-    if size > MAX_FILE_BYTES as u64 {
-        return Err(too_large(size));
-    }
-    // Bounded too: a pipe or a file still growing has no size to trust.
-    let mut text = String::new();
-    std::fs::File::open(file)
-        .map_err(unreadable)?
-        .take(MAX_FILE_BYTES as u64 + 1)
-        .read_to_string(&mut text)
-        .map_err(unreadable)?;
-    check(shown, &text)?;
-    Ok(text)
-}
-
-/// Checks a workflow's text with the daemon's parser: its size, its number of tasks, and
-/// everything else the file alone decides.
-pub(crate) fn check(shown: &str, text: &str) -> Result<(), FileError> {
-    workflow::parse(text)
-        .map(drop)
-        .map_err(|error| FileError::Invalid {
-            shown: shown.to_string(),
-            error,
-        })
-}
-
 fn submit(file: PathBuf, notify: Vec<String>, json: bool) -> anyhow::Result<ExitCode> {
-    let text = read(&file, &file.display().to_string()).map_err(|e| UsageError(e.to_string()))?;
-    let base = file
+    let text = workflow::read(&file, &file.display().to_string())
+        .map_err(|e| UsageError(e.to_string()))?;
+    let canonical = file
         .canonicalize()
-        .map_err(|e| UsageError(format!("{}: {e}", file.display())))?
-        .parent()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "/".into());
-    let req = WorkflowSubmitRequest {
-        source: file.display().to_string(),
+        .map_err(|e| UsageError(format!("{}: {e}", file.display())))?;
+    let base = canonical.parent().unwrap_or(Path::new("/"));
+    let req = request::workflow_request(
+        file.display().to_string(),
         text,
-        base_dir: base,
-        env: super::captured_env(),
-        umask: Some(super::current_umask()),
+        base,
         notify,
-        context: AgentContext::from_env(),
-    };
-    let client = client();
-    let wf = match client.submit_workflow(&req) {
-        Err(ClientError::NotRunning { .. }) => {
-            client.start_daemon(&paths::user_home())?;
-            client.submit_workflow(&req)?
-        }
-        other => other?,
-    };
+        AgentContext::from_env(),
+    );
+    let wf = connect::or_start_daemon(&client(), |c| c.submit_workflow(&req))?;
     if json {
         print_json(&wf);
     } else {
         println!("{}", wf.id);
     }
     eprintln!(
-        "baton: queued workflow {} ({}, {} tasks{}); critical path {}; `baton workflow status \
-         {}` shows the DAG.\nbaton: {}",
+        "baton: {}; `baton workflow status {}` shows the DAG.\nbaton: {}",
+        present::workflow_queued(&wf),
         wf.id,
-        wf.name,
-        wf.tasks.len(),
-        if wf.atomic { ", atomic" } else { "" },
-        wf.critical_path.join(" -> "),
-        wf.id,
-        super::output::workflow_delivery_note(&wf)
+        present::workflow_delivery_note(&wf)
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -168,64 +97,5 @@ fn show(wf: &WorkflowView, json: bool) {
     }
     println!("{head}");
     println!("critical path: {}", wf.critical_path.join(" -> "));
-    print!("{}", output::task_table(&wf.tasks));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn file_with(text: &str) -> tempfile::NamedTempFile {
-        let mut f = tempfile::NamedTempFile::new().unwrap();
-        std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
-        f
-    }
-
-    fn tasks(n: usize) -> String {
-        let mut text = String::from("name: sweep\ntasks:\n");
-        for i in 0..n {
-            text.push_str(&format!("  t{i}: {{command: \"true\"}}\n"));
-        }
-        text
-    }
-
-    /// What the CLI and the MCP server refuse before sending (both call `read` or `check`).
-    #[test]
-    fn files_too_large_or_with_too_many_tasks_are_refused_before_sending() {
-        let ok = file_with(&tasks(3));
-        assert_eq!(read(ok.path(), "ok.yaml").unwrap(), tasks(3));
-
-        let text = format!("{}{}", tasks(1), "#".repeat(5_000_000));
-        let big = file_with(&text);
-        let err = read(big.path(), "big.yaml").unwrap_err();
-        assert!(
-            matches!(
-                &err,
-                FileError::Invalid {
-                    error: WorkflowError::TooLarge { bytes },
-                    ..
-                } if *bytes == text.len()
-            ),
-            "{err:?}"
-        );
-        let shown = format!(
-            "big.yaml: the file is 4.8 MiB ({} bytes); a workflow file may be at most 1 MiB",
-            text.len()
-        );
-        assert!(err.to_string().starts_with(&shown), "{err}");
-
-        let many = file_with(&tasks(1001));
-        let err = read(many.path(), "many.yaml").unwrap_err().to_string();
-        assert!(
-            err.starts_with(
-                "many.yaml: line 2, column 1: tasks: the workflow has 1001 tasks; at most 1000"
-            ),
-            "{err}"
-        );
-        let err = check("workflow", &tasks(1001)).unwrap_err().to_string();
-        assert!(err.starts_with("workflow: line 2, column 1"), "{err}");
-
-        let err = read(Path::new("/nonexistent/w.yaml"), "w.yaml").unwrap_err();
-        assert!(matches!(err, FileError::Unreadable { .. }), "{err}");
-    }
+    print!("{}", present::task_table(&wf.tasks));
 }

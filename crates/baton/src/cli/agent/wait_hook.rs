@@ -15,8 +15,8 @@ use std::process::ExitCode;
 
 use serde::Deserialize;
 
-use crate::api::WaitRequest;
-use crate::cli::client;
+use crate::edge::connect::{self, client};
+use crate::edge::{present, request};
 
 /// What Claude Code hands the hook on stdin (the fields we use).
 #[derive(Debug, Deserialize)]
@@ -89,11 +89,7 @@ fn wait(_args: Args) -> anyhow::Result<ExitCode> {
     }
     // A daemon restart ends the held request; running jobs survive it, so wait again.
     let resp = loop {
-        let request = WaitRequest {
-            ids: ids.clone(),
-            timeout_ms: None,
-            reports: true,
-        };
+        let request = request::wait_request(ids.clone(), None, true);
         match client.wait(&request) {
             Ok(resp) => break resp,
             Err(
@@ -101,7 +97,7 @@ fn wait(_args: Args) -> anyhow::Result<ExitCode> {
                 | crate::api::client::ClientError::Interrupted { .. }
                 | crate::api::client::ClientError::Api { status: 503, .. }
                 | crate::api::client::ClientError::NotRunning { .. },
-            ) if crate::cli::wait::reconnects(&client, None) => continue,
+            ) if connect::reconnects(&client, None) => continue,
             Err(e) => return Err(e.into()),
         }
     };
@@ -129,7 +125,7 @@ fn wait(_args: Args) -> anyhow::Result<ExitCode> {
     // Recorded just before the report goes out, as the inbox socket's delivery is recorded once
     // written: from here on nothing else wakes the session for these jobs.
     let _ = client.hook_delivered(&ids);
-    eprint!("{}", crate::cli::output::terminal_safe(&text));
+    eprint!("{}", present::terminal_safe(&text));
     // Exit 2 is what makes an asyncRewake hook wake the model with our stderr.
     Ok(ExitCode::from(2))
 }

@@ -1,4 +1,9 @@
-//! Human-readable rendering shared by the commands: job tables and one-line job summaries.
+//! How baton's answers are worded for the people and agents who read them, whichever way they
+//! asked (the CLI or the MCP server): job and task tables, one-line summaries, the notes on where
+//! a job just queued stands and on what will wake its submitter when it ends, and errors. Neither
+//! caller owns these words, so that an agent reads the same thing from `baton submit` in its
+//! shell as from the `submit_job` tool; where the two differ on purpose (a terminal's note and a
+//! tool's shorter result), both forms are here, side by side.
 
 use std::time::SystemTime;
 
@@ -191,6 +196,94 @@ pub fn summary(job: &JobView) -> String {
         line.push_str(&format!(" (exit code {code})"));
     }
     line
+}
+
+/// An error in words: its message, then each of its causes after `: `. This is what the CLI has
+/// always printed (`{:#}` of an `anyhow::Error` walks the same chain), and the MCP server's tool
+/// errors say the same.
+pub fn describe(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
+}
+
+/// Whether a job has ended, whichever way.
+pub fn ended(job: &JobView) -> bool {
+    !matches!(job.state.as_str(), "queued" | "running")
+}
+
+/// `queued job 42 (sweep-lr3); it starts now.`: the first words of the note on a job just
+/// submitted, with its `standing` ([`standing`] or [`standing_brief`]).
+pub fn job_queued(job: &JobView, standing: &str) -> String {
+    format!("queued job {} ({}); {standing}.", job.id, job.name)
+}
+
+/// Where a job just submitted stands, in full, for a person at a terminal: whether it starts
+/// now, what it waits for, and when it is predicted to start.
+pub fn standing(job: &JobView) -> String {
+    match (job.queue_position, &job.predicted_start) {
+        (Some(0), Some(at)) if starts_now(at) => "it starts now".to_string(),
+        (Some(0), Some(at)) => format!(
+            "it is next in line; predicted start {at} at the latest, when running jobs reach \
+             their time limits"
+        ),
+        (Some(0), None) if !job.after.is_empty() || !job.after_any.is_empty() => {
+            let deps: Vec<String> = job
+                .after
+                .iter()
+                .chain(&job.after_any)
+                .map(u64::to_string)
+                .collect();
+            format!("it starts once job {} has ended", deps.join(", "))
+        }
+        (Some(0), None) => {
+            "it is next in line; no predicted start (a running job has no time limit)".to_string()
+        }
+        (Some(n), _) => format!(
+            "{n} queued job{} ahead of it",
+            if n == 1 { " is" } else { "s are" }
+        ),
+        // The Slurm backend: Slurm's queue decides when it starts.
+        (None, _) => {
+            "it goes to Slurm's queue (baton status shows its Slurm job id and state)".to_string()
+        }
+    }
+}
+
+/// The same in a few words, for an agent's tool result (the job object beside it has the
+/// rest): nothing at all under Slurm, whose queue decides.
+pub fn standing_brief(job: &JobView) -> String {
+    match job.queue_position {
+        Some(0) => "next in line".to_string(),
+        Some(n) => format!("{n} queued ahead"),
+        None => String::new(),
+    }
+}
+
+/// A predicted start within a second of now (RFC 3339 from the daemon's clock).
+fn starts_now(at: &str) -> bool {
+    humantime::parse_rfc3339(at).is_ok_and(|t| {
+        t.duration_since(std::time::SystemTime::now())
+            .map_or(true, |ahead| ahead.as_secs() < 1)
+    })
+}
+
+/// `queued workflow 7 (sweep, 3 tasks, atomic); critical path prep -> train`: the first words
+/// of the note on a workflow just submitted.
+pub fn workflow_queued(wf: &crate::api::WorkflowView) -> String {
+    format!(
+        "queued workflow {} ({}, {} tasks{}); critical path {}",
+        wf.id,
+        wf.name,
+        wf.tasks.len(),
+        if wf.atomic { ", atomic" } else { "" },
+        wf.critical_path.join(" -> ")
+    )
 }
 
 /// Text from the daemon made safe for a terminal: every control character but newline and tab
