@@ -21,9 +21,10 @@ impl fmt::Display for JobId {
 
 /// The lifecycle of a job (DESIGN §3): `queued` → `running` → one terminal state, or `queued` →
 /// `cancelled`. Retries move a failed attempt back to `queued` on the same job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
+    #[default]
     Queued,
     Running,
     Succeeded,

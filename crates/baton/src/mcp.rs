@@ -11,6 +11,7 @@
 //! The tool descriptions teach the habit baton exists for: submit, then stop and wait to be
 //! woken; never poll. Logs go to stderr only: stdout carries the protocol.
 
+use baton_core::JobState;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -421,7 +422,9 @@ impl BatonTools {
         Ok(match listed {
             Ok(mut jobs) => {
                 if let Some(state) = &args.state {
-                    jobs.retain(|j| &j.state == state);
+                    // A state that does not exist matches no job.
+                    let wanted = state.parse::<JobState>().ok();
+                    jobs.retain(|j| Some(j.state) == wanted);
                 }
                 let text = if jobs.is_empty() {
                     "no jobs".to_string()
@@ -530,13 +533,13 @@ impl BatonTools {
         Ok(match self.call(move |c| c.cancel(&request)).await {
             Ok(resp) => match resp.jobs.into_iter().next() {
                 Some(job) => {
-                    let text = match job.state.as_str() {
-                        "running" => format!(
+                    let text = match job.state {
+                        JobState::Running => format!(
                             "job {}: stopping (SIGTERM now, SIGKILL after the grace period); \
                              its report will come when it has ended",
                             job.id
                         ),
-                        "cancelled" => format!("job {}: cancelled", job.id),
+                        JobState::Cancelled => format!("job {}: cancelled", job.id),
                         other => format!("job {}: already ended ({other})", job.id),
                     };
                     done(text, json_of(&job))
@@ -763,7 +766,7 @@ mod tests {
     fn job(id: u64, wakes_caller: bool) -> JobView {
         JobView {
             id,
-            state: "running".into(),
+            state: JobState::Running,
             wakes_caller,
             ..JobView::default()
         }

@@ -165,9 +165,12 @@ pub fn after_attempt(job: JobFacts<'_>, ending: Ending, delay: Millis, now: Mill
 }
 
 /// A workflow's state: `queued` until a task starts, `running`, then one final state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkflowState {
+    #[default]
     Queued,
     Running,
     Succeeded,

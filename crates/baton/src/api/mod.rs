@@ -134,7 +134,7 @@ impl AgentContext {
 pub struct JobView {
     pub id: u64,
     pub name: String,
-    pub state: String,
+    pub state: baton_core::JobState,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub gpus: Vec<u32>,
@@ -470,7 +470,7 @@ pub struct WorkflowView {
     pub name: String,
     pub atomic: bool,
     /// queued, running, succeeded, failed or cancelled.
-    pub state: String,
+    pub state: baton_core::lifecycle::decide::WorkflowState,
     pub owner: String,
     pub source: String,
     pub submitted_at: String,

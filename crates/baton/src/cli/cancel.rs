@@ -1,5 +1,6 @@
 //! `baton cancel ID...`: cancel queued or running jobs.
 
+use baton_core::JobState;
 use std::process::ExitCode;
 
 use super::print_json;
@@ -28,12 +29,12 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     for job in &resp.jobs {
-        match job.state.as_str() {
-            "running" => println!(
+        match job.state {
+            JobState::Running => println!(
                 "job {}: stopping (SIGTERM to its processes, SIGKILL after the grace period)",
                 job.id
             ),
-            "cancelled" => println!("job {}: cancelled", job.id),
+            JobState::Cancelled => println!("job {}: cancelled", job.id),
             other => println!("job {}: already ended ({other})", job.id),
         }
     }

@@ -241,10 +241,7 @@ fn tour(home: &Path, gpu_count: u32, stray: &mut std::process::Child) -> anyhow:
             print!("{}", present::job_table(&jobs));
             last = shape;
         }
-        if jobs
-            .iter()
-            .all(|j| !matches!(j.state.as_str(), "queued" | "running"))
-        {
+        if jobs.iter().all(|j| j.state.is_terminal()) {
             break;
         }
         std::thread::sleep(Duration::from_millis(250));

@@ -8,6 +8,7 @@
 //! command's end carries only its exit status ("failed with exit code 1" reads as baton failing)
 //! and the path of its output, whose last lines then say what happened to the jobs.
 
+use baton_core::JobState;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -118,7 +119,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         eprintln!("baton: timed out waiting; the jobs are still going");
         return Ok(ExitCode::from(EXIT_TIMEOUT));
     }
-    if args.exit_zero || response.jobs.iter().all(|j| j.state == "succeeded") {
+    if args.exit_zero || response.jobs.iter().all(|j| j.state == JobState::Succeeded) {
         Ok(ExitCode::SUCCESS)
     } else {
         Ok(ExitCode::from(EXIT_JOB_FAILED))

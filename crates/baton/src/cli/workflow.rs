@@ -86,13 +86,13 @@ fn show(wf: &WorkflowView, json: bool) {
         return;
     }
     let mut head = format!("workflow {} \"{}\" {}", wf.id, wf.name, wf.state);
-    if wf.atomic && matches!(wf.state.as_str(), "queued" | "running") {
+    if wf.atomic && !wf.state.is_terminal() {
         head.push_str(match &wf.admitted_at {
             Some(_) => " (atomic, GPUs reserved)",
             None => " (atomic, waiting to be admitted whole)",
         });
     }
-    if !wf.atomic || !matches!(wf.state.as_str(), "queued" | "running") {
+    if !wf.atomic || wf.state.is_terminal() {
         head.push_str(if wf.atomic { " (atomic)" } else { "" });
     }
     println!("{head}");

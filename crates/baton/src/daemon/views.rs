@@ -41,7 +41,7 @@ pub fn job_view(job: &JobRecord) -> JobView {
     JobView {
         id: job.id.0,
         name: job.name.clone(),
-        state: job.state().to_string(),
+        state: job.state(),
         exit_code: job.exit_code(),
         signal: job.signal(),
         gpus: job.gpus().to_vec(),

@@ -5,6 +5,7 @@
 //! shell as from the `submit_job` tool; where the two differ on purpose (a terminal's note and a
 //! tool's shorter result), both forms are here, side by side.
 
+use baton_core::JobState;
 use std::time::SystemTime;
 
 use baton_core::units::{format_duration, format_size};
@@ -71,7 +72,7 @@ pub fn job_table(jobs: &[JobView]) -> String {
             [
                 j.id.to_string(),
                 clip(&j.name, 24),
-                j.state.clone(),
+                j.state.to_string(),
                 gpus_column(j),
                 j.priority.to_string(),
                 j.owner.clone(),
@@ -94,7 +95,7 @@ fn reason_column(job: &JobView) -> String {
             None => format!("Slurm job {sid}"),
         };
     }
-    if job.state == "queued"
+    if job.state == JobState::Queued
         && !reason.contains("reserved to start")
         && let Some(at) = parse_time(&job.predicted_start)
     {
@@ -119,7 +120,7 @@ pub fn task_table(tasks: &[crate::api::WorkflowTaskView]) -> String {
         .iter()
         .map(|t| {
             let gpus = match &t.reserved {
-                Some(r) if t.job.state == "queued" => format!(
+                Some(r) if t.job.state == JobState::Queued => format!(
                     "{} (reserved)",
                     r.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
                 ),
@@ -128,7 +129,7 @@ pub fn task_table(tasks: &[crate::api::WorkflowTaskView]) -> String {
             [
                 clip(&t.task, 24),
                 t.job.id.to_string(),
-                t.job.state.clone(),
+                t.job.state.to_string(),
                 gpus,
                 if t.after.is_empty() {
                     "-".into()
@@ -184,9 +185,8 @@ fn clip(text: &str, max: usize) -> String {
 pub fn summary(job: &JobView) -> String {
     let took = elapsed(job);
     let mut line = format!("job {} \"{}\" {}", job.id, job.name, job.state);
-    match job.state.as_str() {
-        "queued" => line.push_str(&format!(" for {took}")),
-        "running" => line.push_str(&format!(" for {took}")),
+    match job.state {
+        JobState::Queued | JobState::Running => line.push_str(&format!(" for {took}")),
         _ if job.started_at.is_some() => line.push_str(&format!(" after {took}")),
         _ => {}
     }
@@ -214,7 +214,7 @@ pub fn describe(err: &(dyn std::error::Error + 'static)) -> String {
 
 /// Whether a job has ended, whichever way.
 pub fn ended(job: &JobView) -> bool {
-    !matches!(job.state.as_str(), "queued" | "running")
+    job.state.is_terminal()
 }
 
 /// `queued job 42 (sweep-lr3); it starts now.`: the first words of the note on a job just

@@ -9,7 +9,7 @@ use axum::extract::{ConnectInfo, State};
 
 use crate::api::{WaitRequest, WaitResponse};
 use crate::daemon::{ApiError, Daemon, Peer};
-use baton_core::{JobId, JobState};
+use baton_core::JobId;
 
 pub async fn handle(
     State(daemon): State<Arc<Daemon>>,
@@ -45,12 +45,7 @@ pub async fn handle(
     loop {
         changed.borrow_and_update();
         let jobs = daemon.views(&peer, &ids)?;
-        let ended = |j: &crate::api::JobView| {
-            j.state
-                .parse::<JobState>()
-                .map(JobState::is_terminal)
-                .unwrap_or(true)
-        };
+        let ended = |j: &crate::api::JobView| j.state.is_terminal();
         // Done when every job has ended and its report is stored, so what `wait` prints is
         // the report the channels deliver.
         let done = jobs.iter().all(ended) && {

@@ -366,7 +366,7 @@ pub fn view(
         id: wf.id,
         name: wf.name.clone(),
         atomic: wf.atomic,
-        state: wf.state.to_string(),
+        state: wf.state,
         owner: wf.owner.clone(),
         source: wf.source.clone(),
         submitted_at: rfc3339(wf.submitted_at),
