@@ -1632,3 +1632,54 @@ fn a_graceful_stop_finishes_and_records_the_deliveries_in_flight() {
         "the delivery ran again after the restart"
     );
 }
+
+/// A stop waits for the delivery in flight for as long as it runs (within its bound), then
+/// returns at once: it does not wait for a job that runs on under its supervisor. Event-driven:
+/// the delivery is released only once the daemon has begun to stop.
+#[test]
+fn a_stop_drains_the_delivery_in_flight_then_returns_leaving_running_jobs_alone() {
+    let mut b = Baton::start(2);
+    let running = b.submit_sh(
+        &["--gpus", "1"],
+        &format!("echo $$ > pid; {}", common::wait_for_file("go-job")),
+    );
+    b.wait_running(running);
+    b.wait_file("pid");
+    let delivered = b.submit(&[
+        "--notify",
+        &format!(
+            "cmd:echo run >> cmd.runs; {}; echo done >> cmd.out",
+            common::wait_for_file("go-delivery")
+        ),
+        "--",
+        "true",
+    ]);
+    wait_path(&b.path("cmd.runs"));
+    // Released only once the daemon is stopping, and still in flight then.
+    let (log, out, go) = (
+        b.root.join("daemon.log"),
+        b.path("cmd.out"),
+        b.path("go-delivery"),
+    );
+    let releaser = std::thread::spawn(move || {
+        wait_contains(&log, "shutting down");
+        let early = out.exists();
+        std::fs::write(go, "").unwrap();
+        early
+    });
+    assert!(b.stop_daemon().success());
+    assert!(
+        !releaser.join().unwrap(),
+        "the delivery ended before the stop"
+    );
+    assert_eq!(b.read("cmd.out"), "done\n", "the stop did not wait for it");
+    let pid: i32 = b.read("pid").trim().parse().unwrap();
+    assert!(common::alive(pid), "the job died with its daemon");
+
+    b.serve();
+    assert_eq!(settled_deliveries(&b, delivered)[0]["state"], "delivered");
+    assert_eq!(b.read("cmd.runs"), "run\n", "the delivery ran again");
+    assert_eq!(b.state(running), "running");
+    b.touch("go-job");
+    b.wait_ok(&[running]);
+}

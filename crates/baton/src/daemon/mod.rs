@@ -13,6 +13,7 @@ mod monitor;
 mod outbox;
 mod server;
 mod slurm;
+mod tasks;
 mod views;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -85,8 +86,10 @@ pub struct Daemon {
     outbox_wake: Notify,
     /// Wakes the loop that commits again what the store refused (`durable`).
     durable_wake: Notify,
-    /// A job's deliveries finished (for a stopping daemon that waits for them).
-    deliveries_done: Notify,
+    /// Every task the daemon spawns, so that a stop is one place (`run`).
+    tasks: tasks::Tasks,
+    /// The reports built lately, handed to the outbox and to waiters in memory.
+    reports: outbox::Recent,
     executor: LocalExecutor,
     /// The baton binary, for deliveries run as another user.
     exe: PathBuf,
@@ -201,7 +204,8 @@ impl Daemon {
             ended_rx: Mutex::new(Some(ended_rx)),
             outbox_wake: Notify::new(),
             durable_wake: Notify::new(),
-            deliveries_done: Notify::new(),
+            tasks: tasks::Tasks::new(),
+            reports: outbox::Recent::default(),
             executor: LocalExecutor::new(exe.clone()),
             exe,
             probe,
@@ -237,17 +241,19 @@ impl Daemon {
         // Recovery runs after the socket is bound, so a supervisor that exits meanwhile is
         // already covered by the watch we set up for it or by the exit file it leaves.
         self.recover().await;
-        let scheduler = tokio::spawn(self.clone().scheduler_loop());
-        let ended = self.ended_rx.lock().ok().and_then(|mut rx| rx.take());
-        let reports = ended.map(|rx| tokio::spawn(self.clone().report_loop(rx)));
-        let outbox = tokio::spawn(self.clone().outbox_loop());
-        let leases = tokio::spawn(self.clone().lease_loop());
-        let monitor = tokio::spawn(self.clone().monitor_loop());
-        let durable = tokio::spawn(self.clone().durable_loop());
-        let tracker = self
-            .slurm
-            .is_some()
-            .then(|| tokio::spawn(self.clone().slurm_loop()));
+        use tasks::Until::{Drained, Stop};
+        let tasks = &self.tasks;
+        tasks.spawn(Stop, self.clone().scheduler_loop());
+        tasks.spawn(Stop, self.clone().outbox_loop());
+        tasks.spawn(Stop, self.clone().monitor_loop());
+        if let Some(rx) = self.ended_rx.lock().ok().and_then(|mut rx| rx.take()) {
+            tasks.spawn(Drained, self.clone().report_loop(rx));
+        }
+        tasks.spawn(Drained, self.clone().lease_loop());
+        tasks.spawn(Drained, self.clone().durable_loop());
+        if self.slurm.is_some() {
+            tasks.spawn(Drained, self.clone().slurm_loop());
+        }
         let app = handlers::router(self.clone());
         let limits = server::fit_to_descriptors(self.config.connections);
         let me = self.clone();
@@ -263,21 +269,14 @@ impl Daemon {
             me.shutting_down.send_replace(true);
         })
         .await;
-        // No new deliveries; those in flight finish and are recorded, so none goes twice.
-        outbox.abort();
+        // No new work: no pass, no new delivery, no waste action. The deliveries in flight
+        // finish and are recorded, so none goes twice; then every other task is cancelled (a
+        // supervisor's watch among them: its job runs on) and all are awaited.
+        tasks.stop_starting();
         // Long enough for a Codex delivery to see its message taken (`notify::codex`).
         self.drain_deliveries(std::time::Duration::from_secs(15))
             .await;
-        scheduler.abort();
-        leases.abort();
-        monitor.abort();
-        durable.abort();
-        if let Some(tracker) = tracker {
-            tracker.abort();
-        }
-        if let Some(reports) = reports {
-            reports.abort();
-        }
+        tasks.stop().await;
         self.config.containment.tidy();
         result
     }
@@ -436,7 +435,7 @@ impl Daemon {
             // Launching touches files, the spawner's socket and (in system mode) the user
             // database: off the async workers, so that requests keep being answered meanwhile.
             let me = self.clone();
-            tokio::task::spawn_blocking(move || {
+            self.tasks.spawn_blocking(move || {
                 for job in launches {
                     me.launch(job);
                 }
@@ -534,7 +533,8 @@ impl Daemon {
             inner.supervisors.insert(id, fd);
         }
         let me = self.clone();
-        tokio::spawn(async move {
+        // Cancelled at a stop: the job runs on, and the next daemon watches it again.
+        self.tasks.spawn(tasks::Until::Drained, async move {
             watch.exited().await;
             let exit = me.files(id).exit_of(attempt);
             match exit {
@@ -554,7 +554,9 @@ impl Daemon {
         );
         let files = self.files(id);
         let grace = std::time::Duration::from_millis(self.config.grace_ms.max(0) as u64);
-        let ended = tokio::task::spawn_blocking(move || end_lost_attempt(&files, attempt, grace));
+        let ended = self
+            .tasks
+            .spawn_blocking(move || end_lost_attempt(&files, attempt, grace));
         if let Err(e) = ended.await {
             tracing::error!(
                 job = id.0,
@@ -841,7 +843,8 @@ impl Daemon {
                     }
                 }
                 Recovery::Lost => {
-                    tokio::spawn(self.clone().lost(job.id, attempt));
+                    self.tasks
+                        .spawn(tasks::Until::Drained, self.clone().lost(job.id, attempt));
                 }
             }
         }

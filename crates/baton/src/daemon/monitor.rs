@@ -80,7 +80,7 @@ impl Daemon {
         loop {
             ticker.tick().await;
             let me = self.clone();
-            let todo = match tokio::task::spawn_blocking(move || me.sample_once()).await {
+            let todo = match self.tasks.spawn_blocking(move || me.sample_once()).await {
                 Ok(todo) => todo,
                 Err(e) => {
                     tracing::error!("a GPU sample failed: {e}");
@@ -90,7 +90,9 @@ impl Daemon {
             // Notices can take seconds (a webhook, an agent CLI): off the sampling loop.
             for item in todo {
                 let me = self.clone();
-                tokio::spawn(async move { me.carry_out(item).await });
+                self.tasks.spawn(super::tasks::Until::Drained, async move {
+                    me.carry_out(item).await
+                });
             }
         }
     }

@@ -1,13 +1,15 @@
 //! What happens after a job ends: its report is built and stored, then delivered through each of
-//! its channels from the outbox. Each (job, channel) delivery is a row committed with the job's
+//! its channels from the outbox. The built report reaches the outbox (and `wait`, and `report`)
+//! in memory ([`Recent`]); the stored files are the durable copy, read after a restart or once
+//! the report has left memory. Each (job, channel) delivery is a row committed with the job's
 //! end, so it survives any crash; a row is marked delivered right after its channel accepted the
 //! message, retried with backoff when the channel failed, and skipped when its target is gone (an
 //! agent session that ended), in which case the report also goes to the inbox file. The loop
 //! sleeps until a job ends or a retry falls due: there is no polling.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_core::{JobId, Millis};
@@ -30,6 +32,8 @@ const CHAIN_ATTEMPTS: u32 = 3;
 /// How often the outbox checks that a Claude Code hook that claimed a job still runs, until it
 /// says it delivered.
 const HOOK_RECHECK: Millis = 1000;
+/// How many built reports stay in memory (the latest ones; older ones are read from disk).
+const RECENT_REPORTS: usize = 64;
 /// Backoff between attempts: doubling from one second, at most five minutes.
 fn backoff(attempts: u32) -> Millis {
     (1000i64 << attempts.min(9)).min(300_000)
@@ -42,17 +46,47 @@ pub struct DeliverRequest {
     pub message: Message,
 }
 
+/// The reports built lately, as they were stored: what the outbox delivers and `wait` and
+/// `report` print right after a job's end, without reading back the files just written. Bounded:
+/// the latest [`RECENT_REPORTS`]; an older one is read from its files, as after a restart.
+#[derive(Default)]
+pub(super) struct Recent(Mutex<VecDeque<(JobId, Arc<Built>)>>);
+
+impl Recent {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(JobId, Arc<Built>)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn put(&self, id: JobId, built: Arc<Built>) {
+        let mut recent = self.lock();
+        recent.retain(|(other, _)| *other != id);
+        recent.push_back((id, built));
+        while recent.len() > RECENT_REPORTS {
+            recent.pop_front();
+        }
+    }
+
+    fn get(&self, id: JobId) -> Option<Arc<Built>> {
+        self.lock()
+            .iter()
+            .rev()
+            .find(|(other, _)| *other == id)
+            .map(|(_, built)| built.clone())
+    }
+}
+
 impl Daemon {
     /// Builds reports for jobs as they end, each on a blocking thread (output files are read).
     pub(super) async fn report_loop(self: Arc<Self>, mut ended: UnboundedReceiver<JobId>) {
         while let Some(id) = ended.recv().await {
             let me = self.clone();
-            tokio::task::spawn_blocking(move || me.build_report(id));
+            self.tasks.spawn_blocking(move || me.build_report(id));
         }
     }
 
-    /// Builds and stores the report of an ended job, then lets waiters and the outbox know.
-    pub(super) fn build_report(self: &Arc<Self>, id: JobId) -> Option<Built> {
+    /// Builds and stores the report of an ended job, keeps it in memory, then lets waiters and
+    /// the outbox know.
+    pub(super) fn build_report(self: &Arc<Self>, id: JobId) -> Option<Arc<Built>> {
         // Whatever happens below, even a panic, the job stops counting as "being reported on",
         // or `wait` would hang and its deliveries never go out.
         struct Done<'a>(&'a Daemon, JobId);
@@ -108,8 +142,13 @@ impl Daemon {
                     bytes = built.markdown.len(),
                     "report built"
                 );
-                if let Err(e) = report::store(&files, &built) {
-                    tracing::error!(job = id.0, "cannot store the report: {e}");
+                let built = Arc::new(built);
+                match report::store(&files, &built) {
+                    // In memory before the job stops counting as being reported on (`_done`),
+                    // so whoever waited for it finds it there.
+                    Ok(()) => self.reports.put(id, built.clone()),
+                    // Not kept: the next reader builds it again and retries the store.
+                    Err(e) => tracing::error!(job = id.0, "cannot store the report: {e}"),
                 }
                 Some(built)
             }
@@ -121,19 +160,37 @@ impl Daemon {
         }
     }
 
-    /// The stored report of an ended job, built now if it is missing (a job that ended before
-    /// this version of baton, or whose report could not be written). Blocking.
-    pub(crate) fn report_of(self: &Arc<Self>, id: JobId) -> Option<Built> {
-        if let Some(built) = report::load(&self.files(id)) {
+    /// The report of an ended job: the one just built, from memory; else the stored one, or
+    /// built now if it is missing (a job that ended before this version of baton, or whose
+    /// report could not be written).
+    pub(crate) async fn report_of(self: &Arc<Self>, id: JobId) -> Option<Arc<Built>> {
+        // Being built right now by the job's end (a matter of milliseconds): wait for that
+        // build rather than race it. The builder bumps `changed` once it is done.
+        let mut changed = self.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            changed.borrow_and_update();
+            if !self.lock().reports_pending.contains(&id) {
+                break;
+            }
+            match tokio::time::timeout_at(deadline, changed.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => break,
+            }
+        }
+        if let Some(built) = self.reports.get(id) {
             return Some(built);
         }
-        // Being built right now by the job's end (a matter of milliseconds): wait for that
-        // build rather than race it.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while self.lock().reports_pending.contains(&id) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        report::load(&self.files(id)).or_else(|| self.build_report(id))
+        let me = self.clone();
+        self.tasks
+            .spawn_blocking(move || {
+                report::load(&me.files(id))
+                    .map(Arc::new)
+                    .or_else(|| me.build_report(id))
+            })
+            .await
+            .ok()
+            .flatten()
     }
 
     pub(super) async fn outbox_loop(self: Arc<Self>) {
@@ -175,7 +232,8 @@ impl Daemon {
             };
             let spawned = !by_job.is_empty();
             for (id, deliveries) in by_job {
-                tokio::spawn(self.clone().deliver_job(id, deliveries));
+                self.tasks
+                    .spawn_delivery(self.clone().deliver_job(id, deliveries));
             }
             // A full batch may hide more due rows behind it: look again at once, unless nothing
             // in it could be started (all held back), which would only spin.
@@ -200,11 +258,7 @@ impl Daemon {
 
     /// Delivers one job's report through each of the given channels at once.
     async fn deliver_job(self: Arc<Self>, id: JobId, deliveries: Vec<Delivery>) {
-        let me = self.clone();
-        let built = tokio::task::spawn_blocking(move || me.report_of(id))
-            .await
-            .ok()
-            .flatten();
+        let built = self.report_of(id).await;
         let job = self.job(id).ok().flatten();
         match (built, job) {
             (Some(built), Some(job)) => {
@@ -240,28 +294,17 @@ impl Daemon {
         }
         self.lock().delivering.remove(&id);
         self.outbox_wake.notify_one();
-        self.deliveries_done.notify_waiters();
     }
 
     /// Waits (at most `bound`) until the deliveries in flight have finished and are recorded: a
     /// stopping daemon that dropped one would send it again after its restart.
     pub(super) async fn drain_deliveries(&self, bound: Duration) {
-        let deadline = tokio::time::Instant::now() + bound;
-        loop {
-            let finished = self.deliveries_done.notified();
-            tokio::pin!(finished);
-            finished.as_mut().enable();
-            let left = self.lock().delivering.len();
-            if left == 0 {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, finished).await.is_err() {
-                tracing::warn!(
-                    "{left} job(s) still delivering after {bound:?}; they are sent again after \
-                     the restart"
-                );
-                return;
-            }
+        let left = self.tasks.drain_deliveries(bound).await;
+        if left > 0 {
+            tracing::warn!(
+                "{left} job(s) still delivering after {bound:?}; they are sent again after the \
+                 restart"
+            );
         }
     }
 
@@ -478,4 +521,159 @@ pub fn deliver_from_stdin() -> i32 {
     let outcome = runtime.block_on(notify::deliver(&request.channel, &request.message));
     println!("{}", serde_json::to_string(&outcome).expect("plain data"));
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use baton_core::JobState;
+
+    use super::*;
+    use crate::gpu::SimProbe;
+    use crate::store::{Ending, NewJob, Store};
+
+    fn config(home: &Path) -> super::super::Config {
+        super::super::Config {
+            home: home.to_path_buf(),
+            system: false,
+            grace_ms: 1_000,
+            recent_ms: 3_600_000,
+            waste: baton_core::waste::WasteConfig::default(),
+            backend: Default::default(),
+            containment: crate::executor::contain::Method::Subreaper {
+                why: "a test".into(),
+            },
+            retries: Default::default(),
+            limits: Default::default(),
+            connections: crate::config::LimitSettings::default().connection_limits(),
+        }
+    }
+
+    fn daemon(home: &Path) -> Arc<Daemon> {
+        let store = Store::open(&home.join("baton.db")).unwrap();
+        let probe = SimProbe::new(1, 80 << 30, Some(home.join("sim")));
+        let exe = std::env::current_exe().unwrap();
+        Daemon::new(config(home), store, Box::new(probe), exe).unwrap()
+    }
+
+    /// A job that ran and ended, with one pending delivery to the file `inbox.md`; its report
+    /// is not built yet.
+    fn ended_job(home: &Path) -> (JobId, PathBuf) {
+        let work = home.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let mut store = Store::open(&home.join("baton.db")).unwrap();
+        let job = store
+            .insert(&NewJob {
+                cwd: work.display().to_string(),
+                owner_uid: rustix::process::getuid().as_raw(),
+                ..NewJob::plain(&["true"], 1)
+            })
+            .unwrap();
+        store.mark_started(&[(job.id, vec![0])], now_ms()).unwrap();
+        let inbox = home.join("inbox.md");
+        let ending = Ending {
+            state: JobState::Succeeded,
+            exit_code: Some(0),
+            signal: None,
+            reason: None,
+            at: now_ms(),
+        };
+        let channel = Channel::File {
+            path: inbox.display().to_string(),
+        };
+        store.mark_ended(job.id, &ending, &[channel]).unwrap();
+        (job.id, inbox)
+    }
+
+    fn remove_stored_report(daemon: &Daemon, id: JobId) {
+        let files = daemon.files(id);
+        std::fs::remove_file(files.report_json()).unwrap();
+        std::fs::remove_file(files.report_md()).unwrap();
+    }
+
+    /// The outbox delivers the report the builder handed it, without reading back (or, when the
+    /// files are gone, building again) what was just stored.
+    #[tokio::test]
+    async fn the_outbox_delivers_the_built_report_from_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let (id, inbox) = ended_job(dir.path());
+        let daemon = daemon(dir.path());
+        let built = daemon.build_report(id).expect("a report");
+        remove_stored_report(&daemon, id);
+
+        let due = daemon.lock().store.due_deliveries(now_ms(), BATCH).unwrap();
+        assert_eq!(due.len(), 1);
+        daemon.clone().deliver_job(id, due).await;
+
+        let got = std::fs::read_to_string(&inbox).unwrap();
+        assert!(got.contains(built.markdown.trim_end()), "{got}");
+        let rows = daemon.lock().store.deliveries(id).unwrap();
+        assert_eq!(rows[0].state, DeliveryState::Delivered);
+        assert!(
+            !daemon.files(id).report_json().exists(),
+            "the report was built and stored again: the outbox did not get it in memory"
+        );
+    }
+
+    /// `wait` and `report` ask for a report while it is being built: they are woken when it is
+    /// done (no sleep loop) and get it from memory.
+    #[tokio::test]
+    async fn a_reader_waiting_for_a_build_gets_the_built_report_from_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let (id, _) = ended_job(dir.path());
+        let daemon = daemon(dir.path());
+        daemon.lock().reports_pending.insert(id); // as `Daemon::ended` does
+        let reader = {
+            let daemon = daemon.clone();
+            tokio::spawn(async move { daemon.report_of(id).await })
+        };
+        tokio::task::yield_now().await; // the reader starts waiting
+        assert!(
+            !reader.is_finished(),
+            "the reader did not wait for the build"
+        );
+
+        let built = daemon.build_report(id).expect("a report");
+        remove_stored_report(&daemon, id);
+        let read = reader.await.unwrap().expect("a report");
+        assert!(Arc::ptr_eq(&read, &built), "not the report just built");
+        assert!(!daemon.files(id).report_json().exists());
+    }
+
+    /// After a restart (or once a report has left memory) the stored files are read.
+    #[tokio::test]
+    async fn a_report_not_in_memory_is_read_from_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (id, _) = ended_job(dir.path());
+        let first = daemon(dir.path());
+        first.build_report(id).expect("a report");
+        let md = first.files(id).report_md();
+        let stored = std::fs::read_to_string(&md).unwrap();
+        std::fs::write(&md, format!("{stored}\nread from disk\n")).unwrap();
+
+        let restarted = daemon(dir.path());
+        let read = restarted.report_of(id).await.expect("a report");
+        assert!(
+            read.markdown.ends_with("read from disk\n"),
+            "{}",
+            read.markdown
+        );
+    }
+
+    #[test]
+    fn memory_keeps_only_the_latest_reports() {
+        let dir = tempfile::tempdir().unwrap();
+        let (id, _) = ended_job(dir.path());
+        let built = daemon(dir.path()).build_report(id).expect("a report");
+        let recent = Recent::default();
+        for id in 1..=(RECENT_REPORTS as u64 + 1) {
+            recent.put(JobId(id), built.clone());
+        }
+        recent.put(JobId(2), built.clone()); // again: still one entry
+        assert!(recent.get(JobId(1)).is_none(), "the oldest was kept");
+        assert!(recent.get(JobId(2)).is_some());
+        assert!(recent.get(JobId(RECENT_REPORTS as u64 + 1)).is_some());
+        assert_eq!(recent.lock().len(), RECENT_REPORTS);
+    }
 }

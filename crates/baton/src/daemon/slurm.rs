@@ -159,7 +159,7 @@ impl Daemon {
             return next_wakeup;
         }
         let me = self.clone();
-        tokio::task::spawn_blocking(move || {
+        self.tasks.spawn_blocking(move || {
             for (workflow, tasks) in gangs {
                 me.submit_gang(workflow, &tasks);
             }
@@ -338,7 +338,7 @@ impl Daemon {
             tracing::error!("cannot record that the submission waits: {e}");
         }
         let me = self.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(super::tasks::Until::Stop, async move {
             tokio::time::sleep(RETRY_UNREACHABLE).await;
             me.wake();
         });
@@ -413,7 +413,7 @@ impl Daemon {
     /// Follows this daemon's Slurm jobs until shutdown.
     pub(super) async fn slurm_loop(self: Arc<Self>) {
         let me = self.clone();
-        let _ = tokio::task::spawn_blocking(move || me.slurm_recover()).await;
+        let _ = self.tasks.spawn_blocking(move || me.slurm_recover()).await;
         self.wake();
         let mut interval = POLL_RUNNING;
         loop {
@@ -429,7 +429,9 @@ impl Daemon {
                 continue;
             }
             let me = self.clone();
-            let outcome = tokio::task::spawn_blocking(move || me.slurm_check(&tracked))
+            let outcome = self
+                .tasks
+                .spawn_blocking(move || me.slurm_check(&tracked))
                 .await
                 .unwrap_or(Check::Quiet { running: false });
             interval = match outcome {
@@ -699,7 +701,7 @@ impl Daemon {
         let run_as = self.run_as(job).ok().flatten();
         let wake = self.slurm_wake.clone();
         let id = job.id;
-        std::thread::spawn(move || {
+        self.tasks.spawn_blocking(move || {
             match slurm.cancel(sid, run_as.as_ref()) {
                 Ok(()) => tracing::info!(job = id.0, slurm = sid, "scancel sent"),
                 Err(e) => tracing::warn!(job = id.0, slurm = sid, "scancel failed: {e}"),

@@ -24,11 +24,11 @@ pub async fn handle(
             job.state()
         )));
     }
-    let me = daemon.clone();
-    let built = tokio::task::spawn_blocking(move || me.report_of(id))
+    let built = daemon
+        .report_of(id)
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
         .ok_or_else(|| ApiError::Internal(format!("the report of job {id} could not be built")))?;
+    let built = Arc::unwrap_or_clone(built);
     let deliveries = daemon
         .lock()
         .jobs

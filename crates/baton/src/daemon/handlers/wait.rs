@@ -53,22 +53,14 @@ pub async fn handle(
             ids.iter().all(|id| !inner.reports_pending.contains(id))
         };
         if done {
-            let (reports, headlines) = if req.reports {
-                let me = daemon.clone();
-                let ids = ids.clone();
-                tokio::task::spawn_blocking(move || {
-                    ids.iter()
-                        .map(|id| match me.report_of(*id) {
-                            Some(b) => (Some(b.markdown), Some(b.report.headline)),
-                            None => (None, None),
-                        })
-                        .unzip()
-                })
-                .await
-                .map_err(|e| ApiError::Internal(e.to_string()))?
-            } else {
-                (Vec::new(), Vec::new())
-            };
+            let (mut reports, mut headlines) = (Vec::new(), Vec::new());
+            if req.reports {
+                for id in &ids {
+                    let built = daemon.report_of(*id).await;
+                    reports.push(built.as_ref().map(|b| b.markdown.clone()));
+                    headlines.push(built.map(|b| b.report.headline.clone()));
+                }
+            }
             return Ok(Json(WaitResponse {
                 done,
                 jobs,
