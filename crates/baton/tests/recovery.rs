@@ -227,3 +227,37 @@ fn connected_waiter(b: &Baton, id: u64) -> std::process::Child {
     }
     waiter
 }
+
+/// A failed attempt waiting out its retry's backoff shows how it exited, and still does after a
+/// restart: what the daemon shows and what it recorded are the same record (the store used to
+/// keep no exit code for it while the daemon's memory did).
+#[test]
+fn a_retry_waiting_out_its_backoff_shows_its_exit_code_before_and_after_a_restart() {
+    let mut b = Baton::unstarted();
+    std::fs::create_dir_all(&b.home).unwrap();
+    std::fs::write(
+        b.home.join("config.toml"),
+        "[retries]\ndelay = \"1h\"\nmax_delay = \"1h\"\n",
+    )
+    .unwrap();
+    b.serve_with(&["serve", "--sim-gpus", "1"]);
+    let id = b.submit(&["--retries", "1", "--", "sh", "-c", "exit 3"]);
+    let waiting = b.poll_job(id, "back in the queue for its retry", |j| {
+        j["state"] == "queued" && j["attempt"] == 1
+    });
+    assert_eq!(waiting["exit_code"], 3, "{waiting}");
+    b.stop_daemon();
+    b.serve();
+    let again = b.job(id);
+    assert_eq!(
+        (&again["state"], &again["attempt"], &again["exit_code"]),
+        (
+            &waiting["state"],
+            &waiting["attempt"],
+            &waiting["exit_code"]
+        ),
+        "{again}"
+    );
+    let events = b.run(&["events", &id.to_string()]).expect(0).stdout;
+    assert!(events.contains("retry"), "{events}");
+}

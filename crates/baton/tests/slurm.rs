@@ -450,3 +450,48 @@ fn an_atomic_workflow_bigger_than_the_cluster_is_refused_with_the_reason() {
         std::thread::sleep(POLL * 4);
     }
 }
+
+/// Why a job waits in Slurm's queue is recorded, not only shown: a daemon restarted where it
+/// cannot reach Slurm (so nothing but its record can say) still says what Slurm last said.
+#[test]
+fn why_a_job_waits_in_slurm_survives_a_restart() {
+    if !slurm_up() {
+        return;
+    }
+    let config = "[backend]\nkind = \"slurm\"\n";
+    let mut b = start_with(config);
+    let first = b.submit_sh(&["--gpus", "1"], "sleep 300");
+    poll(&b, first, 30, "running", |j| j["state"] == "running");
+    let waiting = b.submit_sh(&["--after", &first.to_string()], "true");
+    let job = poll(
+        &b,
+        waiting,
+        60,
+        "waiting in Slurm with Slurm's reason",
+        |j| {
+            j["slurm_state"] == "PENDING"
+                && j["reason"].as_str().is_some_and(|r| r.contains("PENDING"))
+        },
+    );
+    b.kill_daemon();
+    std::fs::write(
+        b.home.join("config.toml"),
+        "[backend]\nkind = \"slurm\"\nbin_dir = \"/nonexistent/slurm/bin\"\n",
+    )
+    .unwrap();
+    b.serve();
+    let again = b.job(waiting);
+    assert_eq!(
+        (&again["state"], &again["reason"], &again["slurm_state"]),
+        (&job["state"], &job["reason"], &job["slurm_state"]),
+        "{again:#}"
+    );
+    // Slurm reachable again: both are cancelled there.
+    b.kill_daemon();
+    std::fs::write(b.home.join("config.toml"), config).unwrap();
+    b.serve();
+    b.run(&["cancel", &first.to_string(), &waiting.to_string()])
+        .expect(0);
+    poll(&b, first, 60, "cancelled", ended);
+    poll(&b, waiting, 60, "cancelled", ended);
+}

@@ -377,7 +377,8 @@ impl Life {
                             gpus: gpus.clone(),
                             since: *at,
                             on: on.clone(),
-                            cancel_requested_by: None,
+                            // A cancel asked while Slurm had it queued still stands.
+                            cancel_requested_by: q.cancel_requested_by.clone(),
                             reason: None,
                         }),
                     },

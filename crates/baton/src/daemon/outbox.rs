@@ -527,11 +527,10 @@ pub fn deliver_from_stdin() -> i32 {
 mod tests {
     use std::path::{Path, PathBuf};
 
-    use baton_core::JobState;
-
     use super::*;
     use crate::gpu::SimProbe;
-    use crate::store::{Ending, NewJob, Store};
+    use crate::store::{NewJob, Store};
+    use baton_core::lifecycle::{Ending, Exit, Outcome, Runner, Transition};
 
     fn config(home: &Path) -> super::super::Config {
         super::super::Config {
@@ -570,19 +569,30 @@ mod tests {
                 ..NewJob::plain(&["true"], 1)
             })
             .unwrap();
-        store.mark_started(&[(job.id, vec![0])], now_ms()).unwrap();
+        let start = Transition::Start {
+            gpus: vec![0],
+            at: now_ms(),
+            on: Runner::Local,
+        };
+        let (job, _) = store.apply(&job, &start, now_ms()).unwrap();
         let inbox = home.join("inbox.md");
         let ending = Ending {
-            state: JobState::Succeeded,
-            exit_code: Some(0),
-            signal: None,
+            outcome: Outcome::Succeeded,
+            exit: Exit {
+                code: Some(0),
+                signal: None,
+            },
             reason: None,
             at: now_ms(),
         };
         let channel = Channel::File {
             path: inbox.display().to_string(),
         };
-        store.mark_ended(job.id, &ending, &[channel]).unwrap();
+        store
+            .apply_all(&[(&job, Transition::End(ending))], now_ms(), |tx| {
+                Store::insert_deliveries(tx, job.id, None, &[channel], now_ms())
+            })
+            .unwrap();
         (job.id, inbox)
     }
 
@@ -602,13 +612,18 @@ mod tests {
         let built = daemon.build_report(id).expect("a report");
         remove_stored_report(&daemon, id);
 
-        let due = daemon.lock().store.due_deliveries(now_ms(), BATCH).unwrap();
+        let due = daemon
+            .lock()
+            .jobs
+            .store()
+            .due_deliveries(now_ms(), BATCH)
+            .unwrap();
         assert_eq!(due.len(), 1);
         daemon.clone().deliver_job(id, due).await;
 
         let got = std::fs::read_to_string(&inbox).unwrap();
         assert!(got.contains(built.markdown.trim_end()), "{got}");
-        let rows = daemon.lock().store.deliveries(id).unwrap();
+        let rows = daemon.lock().jobs.store().deliveries(id).unwrap();
         assert_eq!(rows[0].state, DeliveryState::Delivered);
         assert!(
             !daemon.files(id).report_json().exists(),

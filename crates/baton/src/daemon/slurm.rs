@@ -84,12 +84,7 @@ impl Daemon {
                     Err(e) => tracing::error!(workflow = w, "cannot record the submission: {e}"),
                 }
             }
-            let queued: Vec<JobRecord> = inner
-                .jobs
-                .active()
-                .filter(|j| unsubmitted(j))
-                .cloned()
-                .collect();
+            let queued: Vec<JobRecord> = inner.jobs.active().filter(unsubmitted).cloned().collect();
             let mut ended = Vec::new();
             for job in &queued {
                 for d in &job.deps {
@@ -633,7 +628,8 @@ impl Daemon {
             gpus: info.gpus.clone(),
             at: start,
             on: Runner::Slurm(SlurmJob {
-                id: info.id,
+                // The id it was tracked by (a heterogeneous job's components share it).
+                id: job.slurm_id().unwrap_or(info.id),
                 state: Some(info.state.clone()),
                 nodes: Some(info.nodes.clone()),
             }),
