@@ -15,7 +15,7 @@ pub struct Settings {
     /// The GPU monitor and waste rules (`[waste]`, `[waste.zombie]`, …).
     pub waste: WasteConfig,
     /// Where jobs run: this machine (default) or a Slurm cluster (`[backend] kind = "slurm"`).
-    pub backend: crate::slurm::BackendSettings,
+    pub backend: crate::executor::slurm::BackendSettings,
     /// How the daemon itself runs (`[daemon]`).
     pub daemon: DaemonSettings,
     /// How failed jobs are retried (`[retries]`).

@@ -15,7 +15,6 @@ mod notify;
 mod paths;
 mod procinfo;
 mod report;
-mod slurm;
 mod store;
 mod users;
 

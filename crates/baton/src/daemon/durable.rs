@@ -128,7 +128,7 @@ impl Daemon {
     }
 
     /// Notes that a durable write failed (for the daemon's health).
-    pub(super) fn write_failed(&self, inner: &mut Inner, e: &TableError) {
+    pub(crate) fn write_failed(&self, inner: &mut Inner, e: &TableError) {
         let failure = inner.unrecorded.failure.get_or_insert(Failure {
             since: now_ms(),
             error: String::new(),
@@ -139,7 +139,7 @@ impl Daemon {
     }
 
     /// Notes that a durable write went through: with nothing left waiting, the daemon is healthy.
-    pub(super) fn write_succeeded(&self, inner: &mut Inner) {
+    pub(crate) fn write_succeeded(&self, inner: &mut Inner) {
         if inner.unrecorded.changes.is_empty() {
             inner.unrecorded.failure = None;
         }

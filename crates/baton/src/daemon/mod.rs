@@ -12,8 +12,7 @@ mod jobs;
 mod monitor;
 mod outbox;
 mod server;
-mod slurm;
-mod tasks;
+pub(crate) mod tasks;
 mod views;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -22,8 +21,8 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use baton_core::lifecycle::decide::{self, AttemptExit, JobFacts};
-use baton_core::lifecycle::{Ending, Runner, Transition};
+use baton_core::lifecycle::decide::{self, JobFacts};
+use baton_core::lifecycle::{Ending, Transition};
 use baton_core::{Gpu, JobId, JobState, Millis, PendingJob, RunningJob};
 use tokio::net::UnixListener;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -35,14 +34,12 @@ pub use outbox::deliver_from_stdin;
 pub use server::ConnectionLimits;
 
 use crate::executor::contain::{self, Method};
-use crate::executor::{
-    ExitRecord, JobFiles, Launch, LocalExecutor, Recovery, RunAs, Watch, end_lost_attempt,
-    stop_supervisor,
-};
+use crate::executor::{Backend, JobFiles, LocalBackend, LocalExecutor, RunAs};
 use crate::gpu::{GpuInfo, GpuProbe};
 use crate::store::{JobRecord, Store, StoreError};
 use crate::users;
 use jobs::JobTable;
+pub(crate) use jobs::TableError;
 
 /// How a daemon was started.
 #[derive(Clone, Debug)]
@@ -57,7 +54,7 @@ pub struct Config {
     /// The GPU monitor's interval and the waste rules (`[waste]` in config.toml).
     pub waste: baton_core::waste::WasteConfig,
     /// Where jobs run (`[backend]` in config.toml).
-    pub backend: crate::slurm::BackendSettings,
+    pub backend: crate::executor::slurm::BackendSettings,
     /// How every process of a job is found and ended (`[daemon] containment`).
     pub containment: Method,
     /// How far `--retries` may go and how long a retry waits (`[retries]`).
@@ -87,33 +84,31 @@ pub struct Daemon {
     /// Wakes the loop that commits again what the store refused (`durable`).
     durable_wake: Notify,
     /// Every task the daemon spawns, so that a stop is one place (`run`).
-    tasks: tasks::Tasks,
+    pub(crate) tasks: tasks::Tasks,
     /// The reports built lately, handed to the outbox and to waiters in memory.
     reports: outbox::Recent,
-    executor: LocalExecutor,
+    /// Where jobs run: this machine's supervisors, or a Slurm cluster.
+    backend: Box<dyn Backend>,
     /// The baton binary, for deliveries run as another user.
     exe: PathBuf,
     probe: Box<dyn GpuProbe>,
     gpu_info: Vec<GpuInfo>,
-    gpus: Vec<Gpu>,
+    pub(crate) gpus: Vec<Gpu>,
     /// The uid the daemon runs as; in user mode, the only one (besides root) it serves.
     uid: u32,
     /// Names this daemon's jobs machine-wide (its state directory and uid, hashed): in Slurm
     /// comments, cgroup names and `BATON_JOB_KEY`.
-    tag: String,
+    pub(crate) tag: String,
     /// What `GET /metrics` serves.
     pub metrics: Arc<crate::metrics::Metrics>,
-    /// Under `[backend] kind = "slurm"`: the cluster that runs the jobs.
-    slurm: Option<crate::slurm::Slurm>,
-    /// Asks the Slurm tracker to look now (a submission, a cancel, Slurm's end-of-job mail).
-    pub slurm_wake: Arc<Notify>,
 }
 
-struct Inner {
+/// What the daemon's lock guards. The backends (`crate::executor`) work on it too.
+pub(crate) struct Inner {
     /// Every job's and workflow's state: the store and the live view together.
-    jobs: JobTable,
-    /// A pidfd for the supervisor of each running job, to deliver cancels.
-    supervisors: HashMap<JobId, OwnedFd>,
+    pub(crate) jobs: JobTable,
+    /// A pidfd for the supervisor of each running job, to deliver cancels (the local backend).
+    pub(crate) supervisors: HashMap<JobId, OwnedFd>,
     /// Ended jobs whose report is being built; `wait` returns once it is stored.
     reports_pending: HashSet<JobId>,
     /// Jobs whose deliveries are in flight, so the outbox never sends one twice at once.
@@ -183,8 +178,13 @@ impl Daemon {
         let monitor_state = monitor::MonitorState::new(config.waste.clone());
         let uid = rustix::process::geteuid().as_raw();
         let tag = tag_for(&config.home, uid);
-        let slurm = (config.backend.kind == crate::slurm::BackendKind::Slurm)
-            .then(|| crate::slurm::Slurm::new(config.backend.clone(), tag.clone()));
+        let backend: Box<dyn Backend> =
+            if config.backend.kind == crate::executor::slurm::BackendKind::Slurm {
+                let slurm = crate::executor::slurm::Slurm::new(config.backend.clone(), tag.clone());
+                Box::new(crate::executor::slurm::SlurmBackend::new(slurm))
+            } else {
+                Box::new(LocalBackend::new(LocalExecutor::new(exe.clone())))
+            };
         Ok(Arc::new(Daemon {
             config,
             inner: Mutex::new(Inner {
@@ -206,7 +206,7 @@ impl Daemon {
             durable_wake: Notify::new(),
             tasks: tasks::Tasks::new(),
             reports: outbox::Recent::default(),
-            executor: LocalExecutor::new(exe.clone()),
+            backend,
             exe,
             probe,
             gpu_info,
@@ -214,21 +214,19 @@ impl Daemon {
             uid,
             tag,
             metrics: Arc::new(crate::metrics::Metrics::new()),
-            slurm,
-            slurm_wake: Arc::new(Notify::new()),
         }))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock must not wedge every later request.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn files(&self, id: JobId) -> JobFiles {
+    pub(crate) fn files(&self, id: JobId) -> JobFiles {
         JobFiles::new(crate::paths::job_dir(&self.config.home, id.0))
     }
 
-    fn notify_changed(&self) {
+    pub(crate) fn notify_changed(&self) {
         self.changed.send_modify(|n| *n += 1);
     }
 
@@ -251,8 +249,8 @@ impl Daemon {
         }
         tasks.spawn(Drained, self.clone().lease_loop());
         tasks.spawn(Drained, self.clone().durable_loop());
-        if self.slurm.is_some() {
-            tasks.spawn(Drained, self.clone().slurm_loop());
+        if let Some(follow) = self.backend.follow(self.clone()) {
+            tasks.spawn(Drained, follow);
         }
         let app = handlers::router(self.clone());
         let limits = server::fit_to_descriptors(self.config.connections);
@@ -299,7 +297,7 @@ impl Daemon {
                 _ = backoff_over => {}
             }
             // A bug in one pass must not stop every later one.
-            let pass = std::panic::AssertUnwindSafe(|| self.schedule());
+            let pass = std::panic::AssertUnwindSafe(|| self.backend.pass(&self));
             next = std::panic::catch_unwind(pass).unwrap_or_else(|_| {
                 tracing::error!("a scheduling pass panicked; the next event starts a new one");
                 None
@@ -307,205 +305,35 @@ impl Daemon {
         }
     }
 
+    /// Whether baton itself places jobs on this machine's GPUs (see `Backend::places_here`).
+    pub fn places_here(&self) -> bool {
+        self.backend.places_here()
+    }
+
+    /// Stops a job, queued or running, as `request` (a `RequestCancel`) asks; its backend says
+    /// how. Called with the lock held.
+    pub(crate) fn cancel(
+        &self,
+        inner: &mut Inner,
+        job: &JobRecord,
+        request: Transition,
+    ) -> Result<(), TableError> {
+        self.backend.cancel(self, inner, job, request)
+    }
+
+    /// Something outside says a job changed (Slurm's end-of-job mail): the backend looks now.
+    pub fn poke(&self) {
+        self.backend.poke();
+    }
+
     /// Asks for a scheduling pass soon (coalesced with any already pending).
     pub fn wake(&self) {
         self.wake.notify_one();
     }
 
-    /// One scheduling pass: decide with the pure core, commit the decisions, then act on them.
-    /// Under Slurm, Slurm decides: the pass submits instead. Returns when a queued job's retry
-    /// backoff ends, if one waits for that.
-    fn schedule(self: &Arc<Self>) -> Option<Millis> {
-        if self.slurm.is_some() {
-            return self.slurm_pass();
-        }
-        let now = now_ms();
-        let mut launches = Vec::new();
-        let mut cascade = false;
-        let next_wakeup;
-        {
-            let mut inner = self.lock();
-            let (running, pending, states) = match scheduling_input(&inner, &self.gpus) {
-                Ok(input) => input,
-                Err(e) => {
-                    tracing::error!("scheduling pass skipped: {e}");
-                    return None;
-                }
-            };
-            self.metrics
-                .set_queue(pending.len() as i64, running.len() as i64);
-            if pending.is_empty() {
-                return None;
-            }
-            let plan = baton_core::plan(&self.gpus, &running, &pending, &states, now);
-            next_wakeup = plan.next_wakeup;
-
-            // Atomic workflows first: every task's GPUs reserved in one transaction, or, if
-            // that cannot be recorded, none of its tasks starts in this pass.
-            let mut unrecorded: Vec<JobId> = Vec::new();
-            for admission in &plan.admissions {
-                let lease = now + LEASE_MS;
-                match inner
-                    .jobs
-                    .admit(admission.gang, &admission.reserved, lease, now)
-                {
-                    Ok(_) => {
-                        tracing::info!(workflow = admission.gang, "atomic workflow admitted");
-                    }
-                    Err(e) => {
-                        tracing::error!(
-                            workflow = admission.gang,
-                            "cannot record the admission: {e}"
-                        );
-                        unrecorded.extend(admission.reserved.iter().map(|(id, _)| *id));
-                    }
-                }
-            }
-
-            for (id, reason) in &plan.dependency_failed {
-                self.finish(&mut inner, *id, Ending::failed(reason.clone(), now));
-                cascade = true;
-            }
-            let starts: Vec<(JobId, Vec<u32>)> = plan
-                .starts
-                .iter()
-                .filter(|s| !unrecorded.contains(&s.job))
-                .map(|s| (s.job, s.gpus.clone()))
-                .collect();
-            if !starts.is_empty() {
-                // Whether each could start at once (no dependency, never waited for GPUs): its
-                // submit-to-start latency is what the dispatch path costs.
-                let prompt: Vec<Option<Millis>> = starts
-                    .iter()
-                    .map(|(id, _)| {
-                        inner
-                            .jobs
-                            .get(*id)
-                            .filter(|j| {
-                                j.deps.is_empty() && j.attempt() == 0 && !inner.jobs.has_waited(*id)
-                            })
-                            .map(|j| j.submitted_at)
-                    })
-                    .collect();
-                let changes = starts
-                    .iter()
-                    .map(|(id, gpus)| {
-                        let start = Transition::Start {
-                            gpus: gpus.clone(),
-                            at: now,
-                            on: Runner::Local,
-                        };
-                        (*id, start)
-                    })
-                    .collect();
-                let started = match inner.jobs.apply_all(changes, now, |_| Ok(())) {
-                    Ok(started) => started,
-                    Err(e) => {
-                        // Nothing started; the pass is tried again in a second.
-                        tracing::error!("cannot record job starts; not starting them: {e}");
-                        self.write_failed(&mut inner, &e);
-                        let again = now + 1_000;
-                        return Some(next_wakeup.map_or(again, |n| n.min(again)));
-                    }
-                };
-                self.write_succeeded(&mut inner);
-                self.metrics.set_queue(
-                    (pending.len() - starts.len()) as i64,
-                    (running.len() + starts.len()) as i64,
-                );
-                for ((job, _), submitted_at) in started.into_iter().zip(prompt) {
-                    if let Some(at) = submitted_at {
-                        self.metrics
-                            .observe_schedule_latency((now - at).max(0) as f64 / 1000.0);
-                    }
-                    self.workflow_task_started(&mut inner, &job);
-                    launches.push(job);
-                }
-            }
-            inner.jobs.set_waiting(plan.waiting);
-        }
-        if cascade || !launches.is_empty() {
-            self.notify_changed();
-        }
-        if cascade {
-            // A job failed for its dependency may itself be a dependency.
-            self.wake();
-        }
-        if !launches.is_empty() {
-            // Launching touches files, the spawner's socket and (in system mode) the user
-            // database: off the async workers, so that requests keep being answered meanwhile.
-            let me = self.clone();
-            self.tasks.spawn_blocking(move || {
-                for job in launches {
-                    me.launch(job);
-                }
-            });
-        }
-        next_wakeup
-    }
-
-    fn launch(self: &Arc<Self>, job: JobRecord) {
-        let files = self.files(job.id);
-        let (cgroup, contained) = self.config.containment.prepare(job.id.0, job.attempt());
-        let made = cgroup.clone();
-        let result = self.launch_description(&job, cgroup).and_then(|launch| {
-            self.executor
-                .launch(&files, &launch)
-                .map_err(|e| e.to_string())
-        });
-        match result {
-            Ok((watch, signal)) => {
-                // Which way its processes are held, for `baton events`: a cgroup, or the
-                // supervisor as subreaper (and why no cgroup).
-                if let Err(e) = self.lock().jobs.store_mut().add_event(
-                    job.id,
-                    "contained",
-                    &contained,
-                    now_ms(),
-                ) {
-                    tracing::warn!(
-                        job = job.id.0,
-                        "cannot record how the job is contained: {e}"
-                    );
-                }
-                self.watch(job.id, job.attempt(), watch, signal)
-            }
-            Err(e) => {
-                tracing::error!(job = job.id.0, "cannot start: {e}");
-                if let Some(dir) = made {
-                    let _ = std::fs::remove_dir(dir);
-                }
-                let ending = Ending::failed(format!("could not start: {e}"), now_ms());
-                let mut inner = self.lock();
-                self.finish(&mut inner, job.id, ending);
-            }
-        }
-    }
-
-    fn launch_description(
-        &self,
-        job: &JobRecord,
-        cgroup: Option<PathBuf>,
-    ) -> Result<Launch, String> {
-        let env = job_env(job, job.attempt(), Placed::Here(job.gpus()), &self.tag);
-        let run_as = self.run_as(job)?;
-        Ok(Launch {
-            job_id: job.id.0,
-            attempt: job.attempt(),
-            command: job.command.clone(),
-            cwd: job.cwd.clone(),
-            env: env.into_iter().collect(),
-            run_as,
-            time_limit_ms: job.time_limit,
-            grace_ms: self.config.grace_ms,
-            umask: job.umask,
-            cgroup: cgroup.map(|dir| dir.display().to_string()),
-        })
-    }
-
     /// The identity a job's processes (and its Slurm commands) run as: its owner's, when the
     /// daemon serves other users; `None` to stay as the daemon.
-    fn run_as(&self, job: &JobRecord) -> Result<Option<RunAs>, String> {
+    pub(crate) fn run_as(&self, job: &JobRecord) -> Result<Option<RunAs>, String> {
         if !(self.config.system && job.owner_uid != self.uid) {
             return Ok(None);
         }
@@ -518,85 +346,14 @@ impl Daemon {
         }))
     }
 
-    /// Follows a supervisor until it exits. `signal` (its pidfd) is how cancel reaches it; a
-    /// cancel that came while it was being started is delivered now.
-    fn watch(self: &Arc<Self>, id: JobId, attempt: u32, watch: Watch, signal: Option<OwnedFd>) {
-        if let Some(fd) = signal {
-            let mut inner = self.lock();
-            let cancelled = inner
-                .jobs
-                .get(id)
-                .is_some_and(|j| j.attempt() == attempt && j.cancel_requested_by().is_some());
-            if cancelled {
-                stop_supervisor(&fd);
-            }
-            inner.supervisors.insert(id, fd);
-        }
-        let me = self.clone();
-        // Cancelled at a stop: the job runs on, and the next daemon watches it again.
-        self.tasks.spawn(tasks::Until::Drained, async move {
-            watch.exited().await;
-            let exit = me.files(id).exit_of(attempt);
-            match exit {
-                Some(exit) => me.attempt_ended(id, attempt, Some(exit)),
-                None => me.lost(id, attempt).await,
-            }
-        });
-    }
-
-    /// An attempt whose supervisor died without recording how it ended (`kill -9`, machine
-    /// trouble): what it left running is ended first, and only then is the attempt over and its
-    /// GPUs free.
-    async fn lost(self: Arc<Self>, id: JobId, attempt: u32) {
-        tracing::warn!(
-            job = id.0,
-            "the supervisor died without recording an exit; ending what it left running"
-        );
-        let files = self.files(id);
-        let grace = std::time::Duration::from_millis(self.config.grace_ms.max(0) as u64);
-        let ended = self
-            .tasks
-            .spawn_blocking(move || end_lost_attempt(&files, attempt, grace));
-        if let Err(e) = ended.await {
-            tracing::error!(
-                job = id.0,
-                "ending the lost attempt's processes failed: {e}"
-            );
-        }
-        self.attempt_ended(id, attempt, None);
-    }
-
-    /// Records the end of an attempt: final state, or back to the queue for a retry. One lock
-    /// from the look at the job to the record of its fate, so a cancel cannot slip in between.
-    fn attempt_ended(&self, id: JobId, attempt: u32, exit: Option<ExitRecord>) {
-        let now = now_ms();
-        let mut inner = self.lock();
-        let job = match inner.jobs.get(id) {
-            Some(job) if job.state() == JobState::Running && job.attempt() == attempt => {
-                job.clone()
-            }
-            // Already recorded (a recovery and a watch can both see one exit); one being
-            // recorded is left alone by `conclude_attempt`.
-            _ => return,
-        };
-        inner.supervisors.remove(&id);
-        let exit = exit.map(|e| AttemptExit {
-            exit: baton_core::lifecycle::Exit {
-                code: e.exit_code,
-                signal: e.signal,
-            },
-            timed_out: e.timed_out,
-            cancelled: e.cancelled,
-            error: e.error,
-            ended_at: e.ended_at,
-        });
-        let ending = decide::attempt_ending(facts(&job), exit.as_ref(), now);
-        self.conclude_attempt(inner, &job, ending);
-    }
-
     /// The end of a running attempt, by either backend: back to the queue if the job failed
     /// and has retries left, else its terminal state (`decide::after_attempt`).
-    fn conclude_attempt(&self, mut inner: MutexGuard<'_, Inner>, job: &JobRecord, ending: Ending) {
+    pub(crate) fn conclude_attempt(
+        &self,
+        mut inner: MutexGuard<'_, Inner>,
+        job: &JobRecord,
+        ending: Ending,
+    ) {
         let (id, now) = (job.id, now_ms());
         if inner.unrecorded.jobs.contains(&id) {
             return; // its end waits to be recorded already
@@ -611,7 +368,7 @@ impl Daemon {
 
     /// Records a terminal state with one pending delivery per channel, frees the job's GPUs,
     /// and hands the job to the report builder. Called with the lock held.
-    fn finish(&self, inner: &mut Inner, id: JobId, ending: Ending) {
+    pub(crate) fn finish(&self, inner: &mut Inner, id: JobId, ending: Ending) {
         if inner.unrecorded.jobs.contains(&id) {
             return; // its end waits to be recorded already
         }
@@ -667,7 +424,7 @@ impl Daemon {
     }
 
     /// A task started: its workflow, if it was still queued, is running.
-    fn workflow_task_started(&self, inner: &mut Inner, job: &JobRecord) {
+    pub(crate) fn workflow_task_started(&self, inner: &mut Inner, job: &JobRecord) {
         if let Some(w) = job.workflow_id
             && let Err(e) = inner.jobs.workflow_started(w)
         {
@@ -804,7 +561,7 @@ impl Daemon {
     }
 
     /// Copies of the running jobs.
-    fn running(&self) -> Vec<JobRecord> {
+    pub(crate) fn running(&self) -> Vec<JobRecord> {
         self.lock()
             .jobs
             .active()
@@ -813,41 +570,11 @@ impl Daemon {
             .collect()
     }
 
-    /// Picks up the jobs the store says are running after a restart.
+    /// Picks up after a restart: reservations whose lease lapsed are given back, and the
+    /// backend takes up the jobs it was running.
     async fn recover(self: &Arc<Self>) {
         self.release_expired_reservations();
-        // Jobs Slurm runs are followed by the Slurm tracker, not by supervisors.
-        for job in self
-            .running()
-            .into_iter()
-            .filter(|j| j.slurm_id().is_none())
-        {
-            let files = self.files(job.id);
-            let attempt = job.attempt();
-            match self.executor.recover(&files, attempt).await {
-                Recovery::Ended(exit) => {
-                    tracing::info!(job = job.id.0, "ended while the daemon was away");
-                    self.attempt_ended(job.id, attempt, Some(exit));
-                }
-                Recovery::Running(watch, signal) => {
-                    tracing::info!(job = job.id.0, "still running; watching it again");
-                    self.watch(job.id, attempt, watch, Some(signal));
-                }
-                Recovery::NeverStarted => {
-                    tracing::info!(job = job.id.0, "launch never started; back to the queue");
-                    let withdraw = Transition::Withdraw {
-                        reason: "requeued: the daemon stopped before it could start".into(),
-                    };
-                    if let Err(e) = self.lock().jobs.apply(job.id, withdraw, now_ms()) {
-                        tracing::error!(job = job.id.0, "cannot put it back in the queue: {e}");
-                    }
-                }
-                Recovery::Lost => {
-                    self.tasks
-                        .spawn(tasks::Until::Drained, self.clone().lost(job.id, attempt));
-                }
-            }
-        }
+        self.backend.recover(self).await;
         self.wake();
     }
 
@@ -878,7 +605,7 @@ type SchedulingInput = (Vec<RunningJob>, Vec<PendingJob>, HashMap<JobId, JobStat
 /// What the pure scheduler needs: running and queued jobs, the state of every dependency, and
 /// the node each queued job should prefer (where its `colocate_with` partners or its
 /// predecessors run or ran).
-fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<SchedulingInput, StoreError> {
+pub(crate) fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<SchedulingInput, StoreError> {
     let mut running = Vec::new();
     let mut pending = Vec::new();
     let mut states: HashMap<JobId, JobState> = HashMap::new();
@@ -1036,7 +763,7 @@ pub(crate) fn job_env(
 }
 
 /// What an attempt's end depends on, for `decide`.
-fn facts(job: &JobRecord) -> JobFacts<'_> {
+pub(crate) fn facts(job: &JobRecord) -> JobFacts<'_> {
     JobFacts {
         cancel_requested_by: job.cancel_requested_by(),
         time_limit: job.time_limit,

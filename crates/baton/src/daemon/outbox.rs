@@ -125,7 +125,7 @@ impl Daemon {
                     }
                 };
                 // The local monitor samples only this machine's GPUs, and only if it has any.
-                let sample_interval = (!self.slurm_backend() && !self.gpu_info.is_empty())
+                let sample_interval = (self.places_here() && !self.gpu_info.is_empty())
                     .then_some(self.config.waste.sample_interval);
                 let built = report::build(
                     &job,

@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 
 /// When a task is cancelled at a stop.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Until {
+pub(crate) enum Until {
     /// As the stop begins: the loops that start new work (the scheduler, the outbox, the GPU
     /// monitor) and timers that would.
     Stop,
@@ -23,7 +23,7 @@ pub(super) enum Until {
     Drained,
 }
 
-pub(super) struct Tasks {
+pub(crate) struct Tasks {
     /// Every task.
     all: TaskTracker,
     /// The deliveries among them, which a stop waits for first.
@@ -35,7 +35,7 @@ pub(super) struct Tasks {
 }
 
 impl Tasks {
-    pub(super) fn new() -> Tasks {
+    pub(crate) fn new() -> Tasks {
         Tasks {
             all: TaskTracker::new(),
             deliveries: TaskTracker::new(),
@@ -46,7 +46,7 @@ impl Tasks {
 
     /// Spawns a task that runs until it ends or the stop cancels it at its next `.await`.
     /// Spawned once that point of the stop has passed, it is cancelled at once.
-    pub(super) fn spawn<F>(&self, until: Until, task: F) -> JoinHandle<()>
+    pub(crate) fn spawn<F>(&self, until: Until, task: F) -> JoinHandle<()>
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -60,7 +60,7 @@ impl Tasks {
     }
 
     /// Spawns a delivery: a stop waits for it (see `drain_deliveries`) before cancelling it.
-    pub(super) fn spawn_delivery<F>(&self, task: F)
+    pub(crate) fn spawn_delivery<F>(&self, task: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -72,7 +72,7 @@ impl Tasks {
     }
 
     /// Runs `f` on a blocking thread. It cannot be interrupted: a stop waits for it to return.
-    pub(super) fn spawn_blocking<F, R>(&self, f: F) -> JoinHandle<R>
+    pub(crate) fn spawn_blocking<F, R>(&self, f: F) -> JoinHandle<R>
     where
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
@@ -81,13 +81,13 @@ impl Tasks {
     }
 
     /// The stop's first step: the loops that start new work end.
-    pub(super) fn stop_starting(&self) {
+    pub(crate) fn stop_starting(&self) {
         self.stopping.cancel();
     }
 
     /// Waits (at most `bound`) for the deliveries in flight to finish. Returns how many are
     /// still running after it.
-    pub(super) async fn drain_deliveries(&self, bound: Duration) -> usize {
+    pub(crate) async fn drain_deliveries(&self, bound: Duration) -> usize {
         self.deliveries.close();
         if tokio::time::timeout(bound, self.deliveries.wait())
             .await
@@ -100,7 +100,7 @@ impl Tasks {
 
     /// The stop's last step: every task still running is cancelled, and all are awaited (a
     /// blocking one runs to its end).
-    pub(super) async fn stop(&self) {
+    pub(crate) async fn stop(&self) {
         self.stopping.cancel();
         self.drained.cancel();
         self.all.close();

@@ -1,17 +1,17 @@
 //! `POST /v1/cancel`: queued jobs end at once; running jobs get SIGTERM on their whole process
-//! group and SIGKILL after the grace period (done by their supervisor). All-or-nothing on
+//! group and SIGKILL after the grace period (done by their supervisor, or by Slurm: the
+//! backend decides how, `Backend::cancel`). All-or-nothing on
 //! permissions: a request naming someone else's job changes nothing.
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{ConnectInfo, State};
-use baton_core::lifecycle::{Ending, Transition};
-use baton_core::{JobId, JobState};
+use baton_core::JobId;
+use baton_core::lifecycle::Transition;
 
 use crate::api::{CancelRequest, CancelResponse};
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
-use crate::executor::stop_supervisor;
 use crate::users;
 
 pub async fn handle(
@@ -87,37 +87,7 @@ pub(crate) fn cancel_jobs(
             let Some(job) = inner.jobs.get(*id).cloned() else {
                 continue; // already ended: nothing to do
             };
-            // Under Slurm, a job Slurm has (or is being given) is cancelled there; its end
-            // comes back through tracking.
-            if daemon.slurm_backend()
-                && (job.slurm_id().is_some() || job.slurm_submitting_at().is_some())
-            {
-                let job = match job.cancel_requested_by() {
-                    None => inner.jobs.apply(*id, request(), now)?.0,
-                    Some(_) => job,
-                };
-                daemon.slurm_cancel(&job);
-                continue;
-            }
-            match job.state() {
-                JobState::Queued => {
-                    let end =
-                        Ending::cancelled(format!("cancelled by {by} before it started"), now);
-                    daemon.finish(&mut inner, *id, end);
-                }
-                JobState::Running => {
-                    if job.cancel_requested_by().is_none() {
-                        inner.jobs.apply(*id, request(), now)?;
-                    }
-                    // Asking again is harmless: the supervisor escalates on its own schedule.
-                    // A supervisor still being started has no pidfd yet; `watch` delivers the
-                    // cancel as soon as it has one.
-                    if let Some(fd) = inner.supervisors.get(id) {
-                        stop_supervisor(fd);
-                    }
-                }
-                _ => {}
-            }
+            daemon.cancel(&mut inner, &job, request())?;
         }
     }
     daemon.notify_changed();

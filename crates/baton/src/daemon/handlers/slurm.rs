@@ -11,6 +11,6 @@ use crate::daemon::Daemon;
 
 pub async fn poke(State(daemon): State<Arc<Daemon>>) -> StatusCode {
     tracing::info!("Slurm's end-of-job mail says a job changed; looking now");
-    daemon.slurm_poke();
+    daemon.poke();
     StatusCode::NO_CONTENT
 }

@@ -40,7 +40,7 @@ pub async fn handle(
                     .ok_or_else(|| ApiError::Internal(format!("job {id} vanished")))?,
             };
             let mut view = job_view(&record);
-            if record.state() == baton_core::JobState::Queued && !daemon.slurm_backend() {
+            if record.state() == baton_core::JobState::Queued && daemon.places_here() {
                 let (position, start) = queue_outlook(&daemon, &inner, &record);
                 view.queue_position = Some(position);
                 view.predicted_start = start.map(rfc3339);
@@ -61,7 +61,7 @@ pub async fn handle(
         let mut view = job_view(&record);
         // Under Slurm, Slurm's queue decides: baton's outlook would be a guess about another
         // scheduler (the job's reason says where Slurm has it once submitted).
-        if !daemon.slurm_backend() {
+        if daemon.places_here() {
             let (position, start) = queue_outlook(&daemon, &inner, &record);
             view.queue_position = Some(position);
             view.predicted_start = start.map(rfc3339);
@@ -208,7 +208,7 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
     let gpus = &daemon.gpus;
     // Under Slurm the cluster's GPUs are Slurm's to judge: sbatch refuses what can never run,
     // and its message is passed on.
-    let local = !daemon.slurm_backend();
+    let local = daemon.places_here();
     (if local {
         admission::check(&request, gpus)
     } else {

@@ -213,7 +213,7 @@ fn check_dirs(spec: &WorkflowSpec, base_dir: &str) -> Result<(), String> {
 /// Refuses, before anything is queued, a task this machine can never run, and an atomic
 /// workflow whose tasks cannot all hold their GPUs at once.
 fn check_resources(daemon: &Daemon, spec: &WorkflowSpec) -> Result<(), String> {
-    if daemon.slurm_backend() {
+    if !daemon.places_here() {
         // Slurm judges what its cluster can run (sbatch's refusal is passed on); an atomic
         // workflow becomes one heterogeneous job, allocated whole or not at all.
         return Ok(());

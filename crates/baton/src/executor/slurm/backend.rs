@@ -1,5 +1,6 @@
-//! The daemon under `[backend] kind = "slurm"`: Slurm places and runs the jobs; baton keeps its
-//! queue view, reports, wake-ups and workflows on top.
+//! The Slurm backend (`[backend] kind = "slurm"`): Slurm places and runs the jobs; baton keeps
+//! its queue view, reports, wake-ups and workflows on top. It changes jobs only through the job
+//! table's transitions, as the local backend does.
 //!
 //! - **Submission** replaces the scheduling pass: every queued job whose dependencies are
 //!   submitted (or ended well) goes to `sbatch` at once, its baton dependencies becoming
@@ -22,8 +23,9 @@ use baton_core::lifecycle::decide::{self, SlurmEnd, WorkflowState};
 use baton_core::lifecycle::{Ending, Exit, Runner, SlurmJob, Transition};
 use baton_core::{DepKind, JobId, JobState, Millis};
 
-use super::{Daemon, Inner, Placed, facts, job_env, now_ms};
-use crate::slurm::{HetTask, JobInfo, QueueLine, Slurm, SlurmError, Submission};
+use super::{HetTask, JobInfo, QueueLine, Slurm, SlurmError, Submission};
+use crate::daemon::{Daemon, Inner, Placed, facts, job_env, now_ms, tasks};
+use crate::executor::Backend;
 use crate::store::JobRecord;
 
 /// Polling while jobs run, and the longest back-off while they only wait.
@@ -32,20 +34,69 @@ const POLL_MAX: Duration = Duration::from_secs(30);
 /// How long to wait before submitting again after Slurm did not answer.
 const RETRY_UNREACHABLE: Duration = Duration::from_secs(5);
 
-impl Daemon {
-    /// Whether jobs run in Slurm.
-    pub fn slurm_backend(&self) -> bool {
-        self.slurm.is_some()
+/// Jobs run in a Slurm cluster.
+#[derive(Clone)]
+pub struct SlurmBackend {
+    slurm: Slurm,
+    /// Asks the tracker to look now (a submission, a cancel, Slurm's end-of-job mail).
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl SlurmBackend {
+    pub fn new(slurm: Slurm) -> SlurmBackend {
+        SlurmBackend {
+            slurm,
+            wake: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+}
+
+impl Backend for SlurmBackend {
+    fn pass(&self, daemon: &Arc<Daemon>) -> Option<Millis> {
+        self.slurm_pass(daemon)
     }
 
-    fn slurm(&self) -> &Slurm {
-        self.slurm
-            .as_ref()
-            .expect("only called under the Slurm backend")
+    fn cancel(
+        &self,
+        daemon: &Daemon,
+        inner: &mut Inner,
+        job: &JobRecord,
+        request: Transition,
+    ) -> Result<(), crate::daemon::TableError> {
+        // A job Slurm has (or is being given) is cancelled there; its end comes back through
+        // tracking. One not given to Slurm yet simply ends.
+        if job.slurm_id().is_none() && job.slurm_submitting_at().is_none() {
+            return super::super::cancel_unstarted(daemon, inner, job, &request);
+        }
+        let job = match job.cancel_requested_by() {
+            None => inner.jobs.apply(job.id, request, now_ms())?.0,
+            Some(_) => job.clone(),
+        };
+        self.slurm_cancel(daemon, &job);
+        Ok(())
     }
 
+    fn recover(&self, _daemon: &Arc<Daemon>) -> futures_util::future::BoxFuture<'static, ()> {
+        // Interrupted submissions are looked for by the tracker, first thing.
+        Box::pin(async {})
+    }
+
+    fn follow(&self, daemon: Arc<Daemon>) -> Option<futures_util::future::BoxFuture<'static, ()>> {
+        Some(Box::pin(self.clone().slurm_loop(daemon)))
+    }
+
+    fn poke(&self) {
+        self.wake.notify_one();
+    }
+
+    fn places_here(&self) -> bool {
+        false
+    }
+}
+
+impl SlurmBackend {
     /// Submits what can be submitted. Runs where the local backend runs its scheduling pass.
-    pub(super) fn slurm_pass(self: &Arc<Self>) -> Option<Millis> {
+    fn slurm_pass(&self, d: &Arc<Daemon>) -> Option<Millis> {
         let now = now_ms();
         // The first moment a retry waiting out its backoff may be submitted.
         let mut next_wakeup: Option<Millis> = None;
@@ -53,7 +104,7 @@ impl Daemon {
         let mut failed: Vec<(JobId, String)> = Vec::new();
         let mut gangs: Vec<(u64, Vec<JobRecord>)> = Vec::new();
         {
-            let mut inner = self.lock();
+            let mut inner = d.lock();
             // Atomic workflows go whole, as one heterogeneous job, once none of their tasks is
             // in Slurm yet (a retried task later goes alone, below).
             let atomic: Vec<u64> = inner
@@ -147,34 +198,34 @@ impl Daemon {
                 }
             }
             for (id, reason) in failed {
-                self.finish(&mut inner, id, Ending::failed(reason, now));
+                d.finish(&mut inner, id, Ending::failed(reason, now));
             }
         }
         if submit.is_empty() && gangs.is_empty() {
             return next_wakeup;
         }
-        let me = self.clone();
-        self.tasks.spawn_blocking(move || {
+        let (me, d) = (self.clone(), d.clone());
+        d.clone().tasks.spawn_blocking(move || {
             for (workflow, tasks) in gangs {
-                me.submit_gang(workflow, &tasks);
+                me.submit_gang(&d, workflow, &tasks);
             }
             for (job, deps) in submit {
-                me.submit_to_slurm(&job, deps);
+                me.submit_to_slurm(&d, &job, deps);
             }
-            me.notify_changed();
-            me.slurm_wake.notify_one();
+            d.notify_changed();
+            me.wake.notify_one();
         });
         next_wakeup
     }
 
-    fn submit_to_slurm(self: &Arc<Self>, job: &JobRecord, dependencies: Vec<String>) {
-        let files = self.files(job.id);
+    fn submit_to_slurm(&self, d: &Arc<Daemon>, job: &JobRecord, dependencies: Vec<String>) {
+        let files = d.files(job.id);
         if let Err(e) = std::fs::create_dir_all(&files.dir) {
             tracing::error!(job = job.id.0, "cannot create the job's directory: {e}");
         }
         let attempt = job.attempt() + 1;
-        let env = job_env(job, attempt, Placed::ByCluster, &self.tag);
-        let run_as = self.run_as(job);
+        let env = job_env(job, attempt, Placed::ByCluster, &d.tag);
+        let run_as = d.run_as(job);
         let submission = Submission {
             job: job.id.0,
             attempt,
@@ -187,17 +238,17 @@ impl Daemon {
             env,
             umask: job.umask,
             mail_to: self
-                .slurm()
+                .slurm
                 .settings
                 .mail_hook
-                .then(|| self.socket_path().display().to_string()),
+                .then(|| self.socket_path(d).display().to_string()),
         };
         let result = match &run_as {
             Err(e) => Err(SlurmError::Refused(e.clone())),
-            Ok(run_as) => self.slurm().submit(&submission, run_as.as_ref()),
+            Ok(run_as) => self.slurm.submit(&submission, run_as.as_ref()),
         };
         let now = now_ms();
-        let mut inner = self.lock();
+        let mut inner = d.lock();
         match result {
             Ok(sid) => {
                 tracing::info!(job = job.id.0, slurm = sid, "submitted to Slurm");
@@ -215,32 +266,32 @@ impl Daemon {
                 };
                 drop(inner);
                 if let Some(j) = cancel {
-                    self.slurm_cancel(&j);
+                    self.slurm_cancel(d, &j);
                 }
             }
             Err(SlurmError::Refused(message)) => {
                 tracing::warn!(job = job.id.0, "Slurm refused the job: {message}");
                 let ending = Ending::failed(format!("Slurm refused the job: {message}"), now);
-                self.finish(&mut inner, job.id, ending);
+                d.finish(&mut inner, job.id, ending);
             }
             Err(e @ SlurmError::Unreachable(_)) => {
                 tracing::warn!(job = job.id.0, "{e}; trying again in 5 s");
-                self.submit_later(&mut inner, &[job.id], &e);
+                self.submit_later(d, &mut inner, &[job.id], &e);
             }
         }
     }
 
     /// Submits an atomic workflow as one heterogeneous job: Slurm allocates every task's GPUs
     /// at once or none; the batch script starts each task as its dependencies succeed.
-    fn submit_gang(self: &Arc<Self>, workflow: u64, tasks: &[JobRecord]) {
+    fn submit_gang(&self, d: &Arc<Daemon>, workflow: u64, tasks: &[JobRecord]) {
         let mut tasks: Vec<&JobRecord> = tasks.iter().collect();
         tasks.sort_by_key(|t| t.id); // inserted in dependency order
         let position: HashMap<JobId, usize> =
             tasks.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
-        let dirs: Vec<std::path::PathBuf> = tasks.iter().map(|t| self.files(t.id).dir).collect();
+        let dirs: Vec<std::path::PathBuf> = tasks.iter().map(|t| d.files(t.id).dir).collect();
         let envs: Vec<_> = tasks
             .iter()
-            .map(|t| job_env(t, t.attempt() + 1, Placed::ByCluster, &self.tag))
+            .map(|t| job_env(t, t.attempt() + 1, Placed::ByCluster, &d.tag))
             .collect();
         let het: Vec<HetTask<'_>> = tasks
             .iter()
@@ -266,10 +317,10 @@ impl Daemon {
             .iter()
             .map(|t| t.time_limit)
             .try_fold(0_i64, |sum, l| l.map(|l| sum.saturating_add(l)));
-        let dir = crate::paths::workflow_dir(&self.config.home, workflow);
-        let result = match self.run_as(tasks[0]) {
+        let dir = crate::paths::workflow_dir(&d.config.home, workflow);
+        let result = match d.run_as(tasks[0]) {
             Err(e) => Err(SlurmError::Refused(e)),
-            Ok(run_as) => self.slurm().submit_het(
+            Ok(run_as) => self.slurm.submit_het(
                 workflow,
                 tasks[0].attempt() + 1,
                 &het,
@@ -280,7 +331,7 @@ impl Daemon {
             ),
         };
         let now = now_ms();
-        let mut inner = self.lock();
+        let mut inner = d.lock();
         match result {
             Ok(sid) => {
                 tracing::info!(
@@ -306,20 +357,20 @@ impl Daemon {
             Err(SlurmError::Refused(message)) => {
                 for t in &tasks {
                     let reason = format!("Slurm refused the workflow: {message}");
-                    self.finish(&mut inner, t.id, Ending::failed(reason, now));
+                    d.finish(&mut inner, t.id, Ending::failed(reason, now));
                 }
             }
             Err(e @ SlurmError::Unreachable(_)) => {
                 tracing::warn!(workflow, "{e}; trying again in 5 s");
                 let ids: Vec<JobId> = tasks.iter().map(|t| t.id).collect();
-                self.submit_later(&mut inner, &ids, &e);
+                self.submit_later(d, &mut inner, &ids, &e);
             }
         }
     }
 
     /// Slurm did not answer: the jobs go back to waiting for submission, with the reason, and
     /// the next pass in a few seconds tries again.
-    fn submit_later(self: &Arc<Self>, inner: &mut Inner, ids: &[JobId], e: &SlurmError) {
+    fn submit_later(&self, d: &Arc<Daemon>, inner: &mut Inner, ids: &[JobId], e: &SlurmError) {
         let changes = ids
             .iter()
             .map(|id| {
@@ -332,8 +383,8 @@ impl Daemon {
         if let Err(e) = inner.jobs.apply_all(changes, now_ms(), |_| Ok(())) {
             tracing::error!("cannot record that the submission waits: {e}");
         }
-        let me = self.clone();
-        self.tasks.spawn(super::tasks::Until::Stop, async move {
+        let me = d.clone();
+        d.tasks.spawn(tasks::Until::Stop, async move {
             tokio::time::sleep(RETRY_UNREACHABLE).await;
             me.wake();
         });
@@ -342,20 +393,20 @@ impl Daemon {
     /// Whether a job is a task of an atomic workflow that went to Slurm as one heterogeneous
     /// job (its state then comes from the files its step leaves). Its script says so, which
     /// survives a restart; a retried task goes alone with a plain script.
-    fn in_gang(&self, job: &JobRecord) -> bool {
+    fn in_gang(&self, d: &Daemon, job: &JobRecord) -> bool {
         job.workflow_id.is_some()
-            && std::fs::read_to_string(self.files(job.id).dir.join("slurm.sh"))
-                .is_ok_and(|s| s.contains(crate::slurm::HET_MARKER))
+            && std::fs::read_to_string(d.files(job.id).dir.join("slurm.sh"))
+                .is_ok_and(|s| s.contains(crate::executor::slurm::HET_MARKER))
     }
 
-    fn socket_path(&self) -> std::path::PathBuf {
-        self.config.home.join("baton.sock")
+    fn socket_path(&self, d: &Daemon) -> std::path::PathBuf {
+        d.config.home.join("baton.sock")
     }
 
     /// After a restart: submissions that were under way when the daemon stopped are found in
     /// Slurm by their name and comment, or made again if Slurm never got them.
-    pub(super) fn slurm_recover(self: &Arc<Self>) {
-        let interrupted: Vec<JobRecord> = self
+    fn slurm_recover(&self, d: &Arc<Daemon>) {
+        let interrupted: Vec<JobRecord> = d
             .lock()
             .jobs
             .active()
@@ -364,16 +415,16 @@ impl Daemon {
             .collect();
         for job in interrupted {
             let gang = job.workflow_id.filter(|w| {
-                self.lock()
+                d.lock()
                     .jobs
                     .workflow(*w)
                     .is_some_and(|wf| wf.atomic && wf.state == WorkflowState::Queued)
             });
             let found = match gang {
-                Some(w) => self.slurm().find_het(w, job.attempt() + 1),
-                None => self.slurm().find(job.id.0, job.attempt() + 1),
+                Some(w) => self.slurm.find_het(w, job.attempt() + 1),
+                None => self.slurm.find(job.id.0, job.attempt() + 1),
             };
-            let mut inner = self.lock();
+            let mut inner = d.lock();
             match found {
                 Ok(Some(sid)) => {
                     tracing::info!(
@@ -406,27 +457,30 @@ impl Daemon {
     }
 
     /// Follows this daemon's Slurm jobs until shutdown.
-    pub(super) async fn slurm_loop(self: Arc<Self>) {
-        let me = self.clone();
-        let _ = self.tasks.spawn_blocking(move || me.slurm_recover()).await;
-        self.wake();
+    async fn slurm_loop(self, d: Arc<Daemon>) {
+        let (me, daemon) = (self.clone(), d.clone());
+        let _ = d
+            .tasks
+            .spawn_blocking(move || me.slurm_recover(&daemon))
+            .await;
+        d.wake();
         let mut interval = POLL_RUNNING;
         loop {
-            let tracked: Vec<(JobId, u64)> = self
+            let tracked: Vec<(JobId, u64)> = d
                 .lock()
                 .jobs
                 .active()
                 .filter_map(|j| j.slurm_id().map(|sid| (j.id, sid)))
                 .collect();
             if tracked.is_empty() {
-                self.slurm_wake.notified().await;
+                self.wake.notified().await;
                 interval = POLL_RUNNING;
                 continue;
             }
-            let me = self.clone();
-            let outcome = self
+            let (me, daemon) = (self.clone(), d.clone());
+            let outcome = d
                 .tasks
-                .spawn_blocking(move || me.slurm_check(&tracked))
+                .spawn_blocking(move || me.slurm_check(&daemon, &tracked))
                 .await
                 .unwrap_or(Check::Quiet { running: false });
             interval = match outcome {
@@ -436,24 +490,24 @@ impl Daemon {
             };
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
-                _ = self.slurm_wake.notified() => interval = POLL_RUNNING,
+                _ = self.wake.notified() => interval = POLL_RUNNING,
             }
         }
     }
 
     /// One look at the tracked jobs; applies what changed.
-    fn slurm_check(self: &Arc<Self>, tracked: &[(JobId, u64)]) -> Check {
+    fn slurm_check(&self, d: &Arc<Daemon>, tracked: &[(JobId, u64)]) -> Check {
         let ids: Vec<u64> = tracked.iter().map(|(_, sid)| *sid).collect();
         let mut ids = ids;
         ids.sort_unstable();
         ids.dedup();
         // A heterogeneous job lists one line per component: it is over when all are.
-        let lines: HashMap<u64, QueueLine> = match self.slurm().queue(&ids) {
+        let lines: HashMap<u64, QueueLine> = match self.slurm.queue(&ids) {
             Ok(lines) => {
                 let mut by_id: HashMap<u64, QueueLine> = HashMap::new();
                 for l in lines {
                     match by_id.get(&l.id) {
-                        Some(seen) if !crate::slurm::parse::is_final(&seen.state) => {}
+                        Some(seen) if !crate::executor::slurm::parse::is_final(&seen.state) => {}
                         _ => {
                             by_id.insert(l.id, l);
                         }
@@ -471,13 +525,13 @@ impl Daemon {
         for &(id, sid) in tracked {
             let line = lines.get(&sid);
             let state = line.map(|l| l.state.as_str()).unwrap_or("");
-            let known = self.lock().jobs.get(id).cloned();
+            let known = d.lock().jobs.get(id).cloned();
             let Some(job) = known.filter(|j| j.slurm_id() == Some(sid)) else {
                 continue; // ended or resubmitted meanwhile
             };
-            let is_final = line.is_none() || crate::slurm::parse::is_final(state);
-            if self.in_gang(&job) {
-                match self.gang_task_check(&job, sid, is_final) {
+            let is_final = line.is_none() || crate::executor::slurm::parse::is_final(state);
+            if self.in_gang(d, &job) {
+                match self.gang_task_check(d, &job, sid, is_final) {
                     Some(true) => changed = true,
                     Some(false) => running = true,
                     None => {}
@@ -499,7 +553,7 @@ impl Daemon {
                         reason: Some(reason),
                         nodes: None,
                     };
-                    if let Err(e) = self.lock().jobs.apply(id, seen, now_ms()) {
+                    if let Err(e) = d.lock().jobs.apply(id, seen, now_ms()) {
                         tracing::warn!(job = id.0, "cannot record Slurm's word: {e}");
                     }
                     changed = true;
@@ -507,9 +561,9 @@ impl Daemon {
                 continue;
             }
             // Running or done: the details come from scontrol (sacct once forgotten).
-            let info = match self.slurm().show(sid) {
+            let info = match self.slurm.show(sid) {
                 Ok(Some(info)) => Some(info),
-                Ok(None) => self.slurm().accounting(sid).unwrap_or_default(),
+                Ok(None) => self.slurm.accounting(sid).unwrap_or_default(),
                 Err(e) => {
                     tracing::warn!("{e}");
                     running = true;
@@ -517,23 +571,23 @@ impl Daemon {
                 }
             };
             let Some(info) = info else {
-                self.slurm_lost(&job, sid);
+                self.slurm_lost(d, &job, sid);
                 changed = true;
                 continue;
             };
             if job.state() == JobState::Queued {
-                self.slurm_started(&job, &info);
+                self.slurm_started(d, &job, &info);
                 changed = true;
             }
             if info.ended() {
-                self.slurm_ended(id, &info);
+                self.slurm_ended(d, id, &info);
                 changed = true;
             } else {
                 running = true;
             }
         }
         if changed {
-            self.notify_changed();
+            d.notify_changed();
             Check::Changed
         } else {
             Check::Quiet { running }
@@ -543,16 +597,23 @@ impl Daemon {
     /// A task of a heterogeneous job, from the files its runner and step leave: started (with
     /// its GPUs and node), ended (exit code, or `dep`), or never run because Slurm ended the
     /// whole job first. `Some(true)`: something changed; `Some(false)`: still going.
-    fn gang_task_check(&self, job: &JobRecord, sid: u64, slurm_done: bool) -> Option<bool> {
-        let dir = self.files(job.id).dir;
+    fn gang_task_check(
+        &self,
+        d: &Daemon,
+        job: &JobRecord,
+        sid: u64,
+        slurm_done: bool,
+    ) -> Option<bool> {
+        let dir = d.files(job.id).dir;
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
-        let started = read(crate::slurm::HET_START).and_then(|s| s.trim().parse::<i64>().ok());
-        let exit = read(crate::slurm::HET_EXIT).map(|s| s.trim().to_string());
+        let started =
+            read(crate::executor::slurm::HET_START).and_then(|s| s.trim().parse::<i64>().ok());
+        let exit = read(crate::executor::slurm::HET_EXIT).map(|s| s.trim().to_string());
         let mut changed = false;
         if job.state() == JobState::Queued
             && let Some(start) = started
         {
-            let placed = read(crate::slurm::HET_GPUS).unwrap_or_default();
+            let placed = read(crate::executor::slurm::HET_GPUS).unwrap_or_default();
             let mut lines = placed.lines();
             let info = JobInfo {
                 id: sid,
@@ -569,7 +630,7 @@ impl Daemon {
             };
             // Wait for the step to say where it runs, unless it has already ended.
             if !placed.is_empty() || exit.is_some() {
-                self.slurm_started(job, &info);
+                self.slurm_started(d, job, &info);
                 changed = true;
             }
         }
@@ -594,11 +655,11 @@ impl Daemon {
             // task's step ended: Slurm's state says why.
             None if slurm_done => {
                 let info = self
-                    .slurm()
+                    .slurm
                     .show(sid)
                     .ok()
                     .flatten()
-                    .or_else(|| self.slurm().accounting(sid).ok().flatten())
+                    .or_else(|| self.slurm.accounting(sid).ok().flatten())
                     .unwrap_or(JobInfo {
                         id: sid,
                         state: "FAILED".into(),
@@ -613,17 +674,17 @@ impl Daemon {
         };
         // No retries inside a heterogeneous job: its allocation is the workflow's, and the tasks
         // after this one have already been told how it went.
-        let mut inner = self.lock();
+        let mut inner = d.lock();
         if inner.jobs.is_active(job.id) {
-            self.finish(&mut inner, job.id, ending);
+            d.finish(&mut inner, job.id, ending);
         }
         Some(true)
     }
 
     /// Slurm started the job: it is running, on the GPUs Slurm gave it.
-    fn slurm_started(&self, job: &JobRecord, info: &JobInfo) {
+    fn slurm_started(&self, d: &Daemon, job: &JobRecord, info: &JobInfo) {
         let start = info.start.unwrap_or_else(now_ms);
-        let mut inner = self.lock();
+        let mut inner = d.lock();
         let started = Transition::Start {
             gpus: info.gpus.clone(),
             at: start,
@@ -635,7 +696,7 @@ impl Daemon {
             }),
         };
         match inner.jobs.apply(job.id, started, start) {
-            Ok((job, _)) => self.workflow_task_started(&mut inner, &job),
+            Ok((job, _)) => d.workflow_task_started(&mut inner, &job),
             Err(e) => {
                 tracing::error!(job = job.id.0, "cannot record the start: {e}");
                 return;
@@ -645,8 +706,8 @@ impl Daemon {
     }
 
     /// Slurm is done with the job: its end, as Slurm tells it.
-    fn slurm_ended(&self, id: JobId, info: &JobInfo) {
-        let mut inner = self.lock();
+    fn slurm_ended(&self, d: &Daemon, id: JobId, info: &JobInfo) {
+        let mut inner = d.lock();
         let seen = Transition::SlurmSeen {
             state: info.state.clone(),
             reason: None,
@@ -664,40 +725,35 @@ impl Daemon {
         };
         let ending = slurm_ending(&job, info, now_ms());
         tracing::info!(job = id.0, slurm = info.id, state = %info.state, "ended in Slurm");
-        self.conclude_attempt(inner, &job, ending);
+        d.conclude_attempt(inner, &job, ending);
     }
 
     /// Slurm no longer knows the job and there is no accounting to ask.
-    fn slurm_lost(&self, job: &JobRecord, sid: u64) {
-        let mut inner = self.lock();
+    fn slurm_lost(&self, d: &Daemon, job: &JobRecord, sid: u64) {
+        let mut inner = d.lock();
         let ending = Ending::failed(
             format!("Slurm no longer knows Slurm job {sid}, and it has no accounting to ask"),
             now_ms(),
         );
         if job.state() == JobState::Running {
-            self.conclude_attempt(inner, job, ending);
+            d.conclude_attempt(inner, job, ending);
         } else {
-            self.finish(&mut inner, job.id, ending);
+            d.finish(&mut inner, job.id, ending);
         }
-    }
-
-    /// Someone (Slurm's end-of-job mail hook) says a Slurm job changed: look now.
-    pub fn slurm_poke(&self) {
-        self.slurm_wake.notify_one();
     }
 
     /// Cancels a job that Slurm has (queued or running there). Its end arrives through
     /// tracking, as `cancelled`.
     /// Called with the daemon's lock held, so `scancel` runs on a thread of its own.
-    pub(super) fn slurm_cancel(&self, job: &JobRecord) {
+    fn slurm_cancel(&self, d: &Daemon, job: &JobRecord) {
         let Some(sid) = job.slurm_id() else {
             return; // still in sbatch: cancelled as soon as it has an id
         };
-        let slurm = self.slurm().clone();
-        let run_as = self.run_as(job).ok().flatten();
-        let wake = self.slurm_wake.clone();
+        let slurm = self.slurm.clone();
+        let run_as = d.run_as(job).ok().flatten();
+        let wake = self.wake.clone();
         let id = job.id;
-        self.tasks.spawn_blocking(move || {
+        d.tasks.spawn_blocking(move || {
             match slurm.cancel(sid, run_as.as_ref()) {
                 Ok(()) => tracing::info!(job = id.0, slurm = sid, "scancel sent"),
                 Err(e) => tracing::warn!(job = id.0, slurm = sid, "scancel failed: {e}"),

@@ -7,6 +7,7 @@
 //! Nothing from a job reaches a shell unquoted: the job's command goes into its batch script as
 //! single-quoted words, and every other value is one argument of an exec.
 
+pub mod backend;
 pub mod parse;
 
 use std::collections::BTreeMap;
@@ -16,6 +17,7 @@ use std::process::{Command, Stdio};
 use serde::{Deserialize, Serialize};
 
 use crate::executor::RunAs;
+pub use backend::SlurmBackend;
 pub use parse::{JobInfo, QueueLine};
 
 /// `[backend]` in config.toml.
