@@ -11,8 +11,18 @@ use serde::{Deserialize, Serialize};
 /// The API version prefix; a breaking change gets a new one.
 pub const PREFIX: &str = "/v1";
 
+/// What `Debug` shows of an environment: its variable names, never their values (they may be
+/// tokens, keys, passwords).
+pub struct EnvNames<'a>(pub &'a BTreeMap<String, String>);
+
+impl std::fmt::Debug for EnvNames<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
+
 /// `POST /v1/jobs`: queue a job.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     pub command: Vec<String>,
@@ -57,9 +67,51 @@ pub struct SubmitRequest {
     pub request_id: Option<String>,
 }
 
+/// Every field, named (a new one cannot be left out unnoticed), the environment by name only.
+impl std::fmt::Debug for SubmitRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let SubmitRequest {
+            command,
+            name,
+            gpus,
+            gpu_mem,
+            priority,
+            after,
+            after_any,
+            time_limit_ms,
+            retries,
+            tags,
+            cwd,
+            env,
+            umask,
+            notify,
+            context,
+            request_id,
+        } = self;
+        f.debug_struct("SubmitRequest")
+            .field("command", command)
+            .field("name", name)
+            .field("gpus", gpus)
+            .field("gpu_mem", gpu_mem)
+            .field("priority", priority)
+            .field("after", after)
+            .field("after_any", after_any)
+            .field("time_limit_ms", time_limit_ms)
+            .field("retries", retries)
+            .field("tags", tags)
+            .field("cwd", cwd)
+            .field("env", &EnvNames(env))
+            .field("umask", umask)
+            .field("notify", notify)
+            .field("context", context)
+            .field("request_id", request_id)
+            .finish()
+    }
+}
+
 /// What the submitting environment says about the agent session it runs in: where a report can
 /// wake it, and which session owns the job. Captured by the client from its own environment.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentContext {
     /// `CLAUDE_CODE_SESSION_ID`.
@@ -84,6 +136,30 @@ pub struct AgentContext {
     /// `TMUX_PANE`, e.g. `%3`.
     #[serde(default)]
     pub tmux_pane: Option<String>,
+}
+
+/// The Claude Code inbox token is shown only as whether there is one.
+impl std::fmt::Debug for AgentContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let AgentContext {
+            claude_session,
+            claude_socket,
+            claude_token,
+            claude_inbound,
+            codex_thread,
+            tmux,
+            tmux_pane,
+        } = self;
+        f.debug_struct("AgentContext")
+            .field("claude_session", claude_session)
+            .field("claude_socket", claude_socket)
+            .field("claude_token", &claude_token.as_ref().map(|_| "<secret>"))
+            .field("claude_inbound", claude_inbound)
+            .field("codex_thread", codex_thread)
+            .field("tmux", tmux)
+            .field("tmux_pane", tmux_pane)
+            .finish()
+    }
 }
 
 impl AgentContext {
@@ -442,7 +518,7 @@ pub const MAX_BODY_BYTES: usize = 8 << 20;
 const _: () = assert!(MAX_BODY_BYTES >= 4 * baton_core::workflow::MAX_FILE_BYTES);
 
 /// `POST /v1/workflows`: queue a workflow (DESIGN §6) from the text of its YAML file.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkflowSubmitRequest {
     /// The file's path as the user gave it, for messages (`pipeline.yaml: line 4, column 12: …`).
@@ -461,6 +537,30 @@ pub struct WorkflowSubmitRequest {
     pub notify: Vec<String>,
     #[serde(default)]
     pub context: AgentContext,
+}
+
+/// Every field, named, the environment by name only.
+impl std::fmt::Debug for WorkflowSubmitRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let WorkflowSubmitRequest {
+            source,
+            text,
+            base_dir,
+            env,
+            umask,
+            notify,
+            context,
+        } = self;
+        f.debug_struct("WorkflowSubmitRequest")
+            .field("source", source)
+            .field("text", text)
+            .field("base_dir", base_dir)
+            .field("env", &EnvNames(env))
+            .field("umask", umask)
+            .field("notify", notify)
+            .field("context", context)
+            .finish()
+    }
 }
 
 /// A workflow and its tasks, as `baton workflow status` shows them.
@@ -565,4 +665,31 @@ pub struct WasteCount {
     pub action: String,
     pub dry_run: bool,
     pub count: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_keeps_the_environment_and_the_inbox_token_out() {
+        let env = BTreeMap::from([("HF_TOKEN".to_string(), "hf_s3cr3t".to_string())]);
+        let context = AgentContext {
+            claude_token: Some("tok-s3cr3t".into()),
+            ..AgentContext::default()
+        };
+        let submit = SubmitRequest {
+            env: env.clone(),
+            context: context.clone(),
+            ..SubmitRequest::default()
+        };
+        let workflow = WorkflowSubmitRequest {
+            env,
+            context,
+            ..WorkflowSubmitRequest::default()
+        };
+        let shown = format!("{submit:?} {workflow:#?}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(shown.contains("HF_TOKEN") && shown.contains("<secret>"), "{shown}");
+    }
 }

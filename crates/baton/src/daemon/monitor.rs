@@ -345,7 +345,13 @@ impl Daemon {
             .job(job)
             .map_err(|e| e.to_string())?
             .ok_or("the job is gone")?;
-        let msg = Message::notice(&record, &d.message, &record.env);
+        let about = crate::notify::Noticed {
+            id: record.id.0,
+            name: &record.name,
+            state: record.state(),
+            cwd: &record.cwd,
+        };
+        let msg = Message::notice(&about, &d.message, &record.env);
         let mut sent = Vec::new();
         let mut failed = Vec::new();
         // One wake per notice: the session channels are tried in order until one reaches the

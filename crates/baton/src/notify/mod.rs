@@ -70,10 +70,7 @@ impl std::fmt::Debug for Message {
             .field("markdown", markdown)
             .field("json", json)
             .field("report_path", report_path)
-            .field(
-                "env",
-                &env.keys().collect::<std::collections::BTreeSet<_>>(),
-            )
+            .field("env", &crate::api::EnvNames(env))
             .field("cwd", cwd)
             .field("end", end)
             .finish()
@@ -172,11 +169,7 @@ impl Message {
 impl Message {
     /// A notice about a running job from baton's GPU waste rules (it sits idle, it will be
     /// stopped), sent through the job's channels.
-    pub fn notice(
-        job: &crate::store::JobRecord,
-        line: &str,
-        env: &BTreeMap<String, String>,
-    ) -> Message {
+    pub fn notice(job: &Noticed<'_>, line: &str, env: &BTreeMap<String, String>) -> Message {
         let end = format!("[end of baton notice for job {}]", job.id);
         let text = format!(
             "[baton] notice about job {id} ({name}), from baton's GPU waste rules; not a \
@@ -187,24 +180,33 @@ impl Message {
         );
         let json = serde_json::json!({
             "event": "job.waste_notice",
-            "job_id": job.id.0,
-            "state": job.state(),
+            "job_id": job.id,
+            "state": job.state,
             "message": line,
         })
         .to_string();
         Message {
-            job: job.id.0,
-            state: job.state().to_string(),
+            job: job.id,
+            state: job.state.to_string(),
             exit_code: None,
             text,
             markdown: format!("{line}\n"),
             json,
             report_path: String::new(),
             env: env.clone(),
-            cwd: job.cwd.clone(),
+            cwd: job.cwd.to_string(),
             end,
         }
     }
+}
+
+/// The job a notice is about, as the notice names it.
+pub struct Noticed<'a> {
+    pub id: u64,
+    pub name: &'a str,
+    pub state: baton_core::JobState,
+    /// Where `cmd:` runs.
+    pub cwd: &'a str,
 }
 
 /// The last line of every message: lets tmux delivery see whether its text still sits unsent

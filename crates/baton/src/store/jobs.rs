@@ -15,6 +15,7 @@ use baton_core::{DepKind, Dependency, GpuRequest, JobId, JobState, Millis};
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 
 use super::events::log_event;
+use crate::api::EnvNames;
 use super::{Store, StoreError, json};
 use crate::notify::Channel;
 
@@ -74,16 +75,6 @@ pub struct NewJob {
     pub workflow_id: Option<u64>,
     pub task: Option<String>,
     pub critical_path: Millis,
-}
-
-/// The environment's variable names, never their values (tokens, keys, passwords): what `Debug`
-/// shows of a job's `env`.
-struct EnvNames<'a>(&'a BTreeMap<String, String>);
-
-impl std::fmt::Debug for EnvNames<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_set().entries(self.0.keys()).finish()
-    }
 }
 
 impl std::fmt::Debug for JobRecord {
