@@ -60,10 +60,19 @@ impl Default for LimitSettings {
     }
 }
 
+/// What one connection to the API socket may hold and for how long, and how many there may be
+/// (the accept loop enforces them, `daemon/server.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub total: usize,
+    pub per_user: usize,
+    pub request_timeout: std::time::Duration,
+}
+
 impl LimitSettings {
     /// What the API socket's accept loop enforces.
-    pub fn connection_limits(&self) -> crate::daemon::ConnectionLimits {
-        crate::daemon::ConnectionLimits {
+    pub fn connection_limits(&self) -> ConnectionLimits {
+        ConnectionLimits {
             total: self.connections,
             per_user: self.connections_per_user,
             request_timeout: std::time::Duration::from_millis(self.request_timeout.max(0) as u64),

@@ -3,11 +3,13 @@
 
 mod api;
 mod cli;
+mod clock;
 mod config;
 mod daemon;
 mod edge;
 mod executor;
 mod gpu;
+mod jobs;
 mod mcp;
 mod metrics;
 mod monitor;
@@ -16,6 +18,7 @@ mod paths;
 mod procinfo;
 mod report;
 mod store;
+mod tasks;
 mod users;
 
 use std::process::ExitCode;

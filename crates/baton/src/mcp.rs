@@ -272,7 +272,7 @@ impl BatonTools {
         BatonTools {
             client: Arc::new(client),
             cwd,
-            context: AgentContext::from_env(),
+            context: request::agent_context(),
             tool_router: Self::tool_router(),
         }
     }

@@ -458,15 +458,13 @@ impl Client {
         self.get(&format!("/workflows/{id}"))
     }
 
-    pub fn cancel_workflow(&self, id: u64, force: bool) -> Result<WorkflowView, ClientError> {
-        self.post(
-            &format!("/workflows/{id}/cancel"),
-            &CancelRequest {
-                ids: Vec::new(),
-                force,
-                session: AgentContext::from_env().session(),
-            },
-        )
+    /// Cancels a workflow's tasks (`req.ids` is left empty: the workflow names them).
+    pub fn cancel_workflow(
+        &self,
+        id: u64,
+        req: &CancelRequest,
+    ) -> Result<WorkflowView, ClientError> {
+        self.post(&format!("/workflows/{id}/cancel"), req)
     }
 
     pub fn report(&self, id: u64) -> Result<ReportResponse, ClientError> {

@@ -21,6 +21,18 @@ impl std::fmt::Debug for EnvNames<'_> {
     }
 }
 
+/// Why a Claude Code session will not start a turn for a message on its inbox socket, learnt
+/// from its settings, its command line or its hook.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "lowercase")]
+pub enum Inbound {
+    /// Kept for a person to approve (bypass-permissions sessions, `crossSessionInbound =
+    /// "hold"`).
+    Held { why: String },
+    /// Turned away (`crossSessionInbound = "refuse"`).
+    Refused { why: String },
+}
+
 /// `POST /v1/jobs`: queue a job.
 #[derive(Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -124,9 +136,9 @@ pub struct AgentContext {
     #[serde(default)]
     pub claude_token: Option<String>,
     /// Whether the session's inbox would hold or refuse baton's message, as the client found
-    /// from the session's settings and command line (`notify::inbound`).
+    /// from the session's settings and command line (`notify::inbound_of`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claude_inbound: Option<crate::notify::Inbound>,
+    pub claude_inbound: Option<Inbound>,
     /// `CODEX_THREAD_ID`.
     #[serde(default)]
     pub codex_thread: Option<String>,
@@ -163,25 +175,6 @@ impl std::fmt::Debug for AgentContext {
 }
 
 impl AgentContext {
-    /// Reads the context from this process's environment (empty values count as unset).
-    pub fn from_env() -> AgentContext {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let claude_socket = var("CLAUDE_CODE_MESSAGING_SOCKET");
-        let codex_thread = var("CODEX_THREAD_ID");
-        // Under Codex's app-server daemon, `TMUX`/`TMUX_PANE` are the daemon's, inherited from
-        // whichever TUI started it: possibly another session's pane. Not ours to type into.
-        let tmux_is_ours = codex_thread.is_none() || !crate::notify::codex::under_app_server();
-        AgentContext {
-            claude_session: var("CLAUDE_CODE_SESSION_ID"),
-            claude_inbound: claude_socket.as_deref().and_then(crate::notify::inbound_of),
-            claude_socket,
-            claude_token: var("CLAUDE_CODE_MESSAGING_TOKEN"),
-            codex_thread,
-            tmux: var("TMUX").filter(|_| tmux_is_ours),
-            tmux_pane: var("TMUX_PANE").filter(|_| tmux_is_ours),
-        }
-    }
-
     /// The agent session this context belongs to, as shown in job objects: `claude:ID`,
     /// `codex:THREAD` or `tmux:PANE@SOCKET` (pane ids repeat across tmux servers, so the server
     /// is part of it); none for a plain shell outside tmux.
@@ -350,7 +343,7 @@ pub struct HookClaimRequest {
     pub session: String,
     /// What the hook learnt of the session's inbox (its permission mode, its settings).
     #[serde(default)]
-    pub inbound: Option<crate::notify::Inbound>,
+    pub inbound: Option<Inbound>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -690,6 +683,9 @@ mod tests {
         };
         let shown = format!("{submit:?} {workflow:#?}");
         assert!(!shown.contains("s3cr3t"), "{shown}");
-        assert!(shown.contains("HF_TOKEN") && shown.contains("<secret>"), "{shown}");
+        assert!(
+            shown.contains("HF_TOKEN") && shown.contains("<secret>"),
+            "{shown}"
+        );
     }
 }

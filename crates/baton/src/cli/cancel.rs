@@ -4,7 +4,6 @@ use baton_core::JobState;
 use std::process::ExitCode;
 
 use super::print_json;
-use crate::api::AgentContext;
 use crate::edge::connect::client;
 use crate::edge::request;
 
@@ -22,7 +21,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let resp = client().cancel(&request::cancel_request(
         args.ids,
         args.force,
-        &AgentContext::from_env(),
+        &request::agent_context(),
     ))?;
     if json {
         print_json(&resp.jobs);

@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use super::{UsageError, print_json};
-use crate::api::AgentContext;
 use crate::edge::connect::client;
 use crate::edge::{present, request};
 
@@ -25,7 +24,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         if !args.ids.is_empty() {
             return Err(UsageError("--mine lists a session's jobs; drop the ids".into()).into());
         }
-        let session = request::mine(&AgentContext::from_env());
+        let session = request::mine(&request::agent_context());
         client().list_session(&session, args.all)?
     } else {
         client().list(&args.ids, args.all)?

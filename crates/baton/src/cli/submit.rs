@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use baton_core::units::{parse_duration, parse_size};
 
 use super::{UsageError, print_json};
-use crate::api::{AgentContext, JobView};
+use crate::api::JobView;
 use crate::edge::connect::{self, client};
 use crate::edge::present;
 use crate::edge::request::{self, Job};
@@ -93,7 +93,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         cwd,
         env: BTreeMap::new(),
     };
-    let req = request::submit_request(job, AgentContext::from_env())
+    let req = request::submit_request(job, request::agent_context())
         .map_err(|e| UsageError(e.to_string()))?;
     let job = connect::submit(&client(), &req)?;
     if json {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::{UsageError, print_json};
-use crate::api::{AgentContext, WorkflowView};
+use crate::api::WorkflowView;
 use crate::edge::connect::{self, client};
 use crate::edge::{present, request, workflow};
 
@@ -45,7 +45,8 @@ pub fn run(command: Command, json: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Cancel { id, force } => {
-            show(&client().cancel_workflow(id, force)?, json);
+            let req = request::cancel_request(Vec::new(), force, &request::agent_context());
+            show(&client().cancel_workflow(id, &req)?, json);
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -63,7 +64,7 @@ fn submit(file: PathBuf, notify: Vec<String>, json: bool) -> anyhow::Result<Exit
         text,
         base,
         notify,
-        AgentContext::from_env(),
+        request::agent_context(),
     );
     let wf = connect::or_start_daemon(&client(), |c| c.submit_workflow(&req))?;
     if json {

@@ -14,9 +14,9 @@ use baton_core::lifecycle::decide::WorkflowState;
 use baton_core::lifecycle::{Ending, Transition};
 use baton_core::{JobId, Millis};
 
-use super::jobs::TableError;
 use super::{Daemon, Inner, now_ms};
 use crate::api::HealthView;
+use crate::jobs::TableError;
 use crate::notify::Channel;
 use crate::store::{DeliveryState, JobRecord, Store, StoreError};
 

@@ -89,10 +89,10 @@ impl From<StoreError> for ApiError {
     }
 }
 
-impl From<super::jobs::TableError> for ApiError {
-    fn from(e: super::jobs::TableError) -> Self {
+impl From<crate::jobs::TableError> for ApiError {
+    fn from(e: crate::jobs::TableError) -> Self {
         match e {
-            super::jobs::TableError::Store(e) => e.into(),
+            crate::jobs::TableError::Store(e) => e.into(),
             // The job moved on meanwhile (it ended as the request came in).
             other => ApiError::Conflict(other.to_string()),
         }

@@ -8,38 +8,39 @@ mod durable;
 mod error;
 mod handlers;
 mod hook;
-mod jobs;
+mod host;
 mod monitor;
 mod outbox;
+mod place;
 mod server;
-pub(crate) mod tasks;
 mod views;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use baton_core::lifecycle::decide::{self, JobFacts};
+use baton_core::lifecycle::decide::{self};
 use baton_core::lifecycle::{Ending, Transition};
 use baton_core::{Gpu, JobId, JobState, Millis, PendingJob, RunningJob};
 use tokio::net::UnixListener;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::{Notify, watch};
 
+pub use crate::clock::now_ms;
 pub use auth::Peer;
 pub use error::ApiError;
 pub use outbox::deliver_from_stdin;
 pub use server::ConnectionLimits;
 
-use crate::executor::contain::{self, Method};
+use crate::executor::contain::Method;
 use crate::executor::{Backend, JobFiles, LocalBackend, LocalExecutor, RunAs};
 use crate::gpu::{GpuInfo, GpuProbe};
+use crate::jobs::JobTable;
+pub(crate) use crate::jobs::TableError;
 use crate::store::{JobRecord, Store, StoreError};
+use crate::tasks;
 use crate::users;
-use jobs::JobTable;
-pub(crate) use jobs::TableError;
 
 /// How a daemon was started.
 #[derive(Clone, Debug)]
@@ -88,7 +89,7 @@ pub struct Daemon {
     /// The reports built lately, handed to the outbox and to waiters in memory.
     reports: outbox::Recent,
     /// Where jobs run: this machine's supervisors, or a Slurm cluster.
-    backend: Box<dyn Backend>,
+    backend: Box<dyn Backend<Daemon>>,
     /// The baton binary, for deliveries run as another user.
     exe: PathBuf,
     probe: Box<dyn GpuProbe>,
@@ -107,8 +108,6 @@ pub struct Daemon {
 pub(crate) struct Inner {
     /// Every job's and workflow's state: the store and the live view together.
     pub(crate) jobs: JobTable,
-    /// A pidfd for the supervisor of each running job, to deliver cancels (the local backend).
-    pub(crate) supervisors: HashMap<JobId, OwnedFd>,
     /// Ended jobs whose report is being built; `wait` returns once it is stored.
     reports_pending: HashSet<JobId>,
     /// Jobs whose deliveries are in flight, so the outbox never sends one twice at once.
@@ -145,13 +144,6 @@ pub fn tag_for(home: &std::path::Path, uid: u32) -> String {
     format!("{:08x}", hash as u32)
 }
 
-pub fn now_ms() -> Millis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as Millis)
-        .unwrap_or(0)
-}
-
 impl Daemon {
     pub fn new(
         config: Config,
@@ -178,18 +170,18 @@ impl Daemon {
         let monitor_state = monitor::MonitorState::new(config.waste.clone());
         let uid = rustix::process::geteuid().as_raw();
         let tag = tag_for(&config.home, uid);
-        let backend: Box<dyn Backend> =
+        let backend: Box<dyn Backend<Daemon>> =
             if config.backend.kind == crate::executor::slurm::BackendKind::Slurm {
                 let slurm = crate::executor::slurm::Slurm::new(config.backend.clone(), tag.clone());
                 Box::new(crate::executor::slurm::SlurmBackend::new(slurm))
             } else {
-                Box::new(LocalBackend::new(LocalExecutor::new(exe.clone())))
+                let executor = LocalExecutor::new(exe.clone());
+                Box::new(LocalBackend::new(executor, config.containment.clone()))
             };
         Ok(Arc::new(Daemon {
             config,
             inner: Mutex::new(Inner {
                 jobs,
-                supervisors: HashMap::new(),
                 reports_pending: HashSet::new(),
                 delivering: HashSet::new(),
                 recent_uses,
@@ -314,11 +306,11 @@ impl Daemon {
     /// how. Called with the lock held.
     pub(crate) fn cancel(
         &self,
-        inner: &mut Inner,
+        jobs: &mut host::Locked<'_>,
         job: &JobRecord,
         request: Transition,
-    ) -> Result<(), TableError> {
-        self.backend.cancel(self, inner, job, request)
+    ) -> Result<bool, TableError> {
+        self.backend.cancel(self, jobs, job, request)
     }
 
     /// Something outside says a job changed (Slurm's end-of-job mail): the backend looks now.
@@ -360,7 +352,7 @@ impl Daemon {
         }
         // Backs off, so a job that fails at once never re-runs in a tight loop.
         let delay = self.config.retries.delay_after(job.attempt());
-        match decide::after_attempt(facts(job), ending, delay, now) {
+        match decide::after_attempt(job.facts(), ending, delay, now) {
             Transition::End(ending) => self.finish(&mut inner, id, ending),
             retry => self.record_change(&mut inner, durable::Change::Retry { id, retry, at: now }),
         }
@@ -412,7 +404,6 @@ impl Daemon {
                 .retain(|u| u.end.is_none_or(|e| e >= horizon));
             inner.recent_uses.push(u);
         }
-        inner.supervisors.remove(&id);
         inner.reports_pending.insert(id);
         let _ = self.ended.send(id);
         if let Some(w) = job.workflow_id {
@@ -712,62 +703,25 @@ fn use_of(job: &JobRecord, end: Option<Millis>) -> Option<baton_core::fair_share
     })
 }
 
-/// Where a launch's GPUs are known: here, for a local launch; or only to the cluster, which
-/// sets `CUDA_VISIBLE_DEVICES` itself (the Slurm scripts then copy it to `BATON_GPUS`).
-pub(crate) enum Placed<'a> {
-    Here(&'a [u32]),
-    ByCluster,
-}
+#[cfg(test)]
+mod tests {
+    use super::tag_for;
 
-/// The environment of attempt `attempt` of a job (DESIGN §2), for every launch path: the
-/// submitter's variables, then baton's (`BATON_JOB_ID`, `BATON_JOB_NAME`, `BATON_ATTEMPT`,
-/// `BATON_WORKFLOW_ID`, `BATON_TASK`, and `BATON_JOB_KEY`, which names the attempt's processes
-/// machine-wide), and the GPUs when baton placed them.
-pub(crate) fn job_env(
-    job: &JobRecord,
-    attempt: u32,
-    placed: Placed<'_>,
-    tag: &str,
-) -> BTreeMap<String, String> {
-    let mut env = job.env.clone();
-    match placed {
-        Placed::Here(gpus) => {
-            let visible = gpus
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(",");
-            env.insert("CUDA_VISIBLE_DEVICES".into(), visible.clone());
-            env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
-            env.insert("BATON_GPUS".into(), visible);
-        }
-        // What the submitter's shell had must not override what the cluster gives the job.
-        Placed::ByCluster => {
-            env.remove("CUDA_VISIBLE_DEVICES");
-        }
-    }
-    env.insert("BATON_JOB_ID".into(), job.id.to_string());
-    env.insert("BATON_JOB_NAME".into(), job.name.clone());
-    env.insert("BATON_ATTEMPT".into(), attempt.to_string());
-    if let Some(w) = job.workflow_id {
-        env.insert("BATON_WORKFLOW_ID".into(), w.to_string());
-    }
-    if let Some(task) = &job.task {
-        env.insert("BATON_TASK".into(), task.clone());
-    }
-    env.insert(
-        contain::KEY_VAR.into(),
-        format!("{tag}.{}.{attempt}", job.id),
-    );
-    env
-}
-
-/// What an attempt's end depends on, for `decide`.
-pub(crate) fn facts(job: &JobRecord) -> JobFacts<'_> {
-    JobFacts {
-        cancel_requested_by: job.cancel_requested_by(),
-        time_limit: job.time_limit,
-        attempt: job.attempt(),
-        retries: job.retries,
+    #[test]
+    fn tags_are_stable_and_differ_by_home_and_user() {
+        let a = tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1000);
+        assert_eq!(
+            a,
+            tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1000)
+        );
+        assert_ne!(
+            a,
+            tag_for(std::path::Path::new("/home/b/.local/share/baton"), 1000)
+        );
+        assert_ne!(
+            a,
+            tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1001)
+        );
+        assert_eq!(a.len(), 8);
     }
 }

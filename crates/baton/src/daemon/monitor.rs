@@ -426,28 +426,21 @@ impl Daemon {
     /// period); it ends `cancelled`, by the waste rule.
     fn stop_job(&self, job: JobId, d: &Decision) -> Result<String, String> {
         let by = format!("baton ({} rule)", d.rule.as_str());
-        let mut inner = self.lock();
-        let Some(record) = inner.jobs.get(job).cloned() else {
+        let mut jobs = super::host::Locked(self.lock());
+        let Some(record) = jobs.get(job).cloned() else {
             return Ok("the job had already ended".into());
         };
         if record.state() != JobState::Running {
             return Ok("the job is not running".into());
         }
-        if record.cancel_requested_by().is_none() {
-            let request = baton_core::lifecycle::Transition::RequestCancel {
-                by: by.clone(),
-                reason: format!("stopping: {}", d.message),
-            };
-            inner
-                .jobs
-                .apply(job, request, now_ms())
-                .map_err(|e| e.to_string())?;
-        }
-        let signalled = inner
-            .supervisors
-            .get(&job)
-            .is_some_and(crate::executor::stop_supervisor);
-        drop(inner);
+        let request = baton_core::lifecycle::Transition::RequestCancel {
+            by,
+            reason: format!("stopping: {}", d.message),
+        };
+        let signalled = self
+            .cancel(&mut jobs, &record, request)
+            .map_err(|e| e.to_string())?;
+        drop(jobs);
         self.notify_changed();
         if signalled {
             Ok("SIGTERM sent to the job's processes".into())

@@ -31,13 +31,7 @@ const RESERVED_FDS: u64 = 256;
 /// How long a draining daemon waits for requests in flight before it exits anyway.
 const DRAIN: Duration = Duration::from_secs(10);
 
-/// The limits the loop enforces (`[limits]` in config.toml).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConnectionLimits {
-    pub total: usize,
-    pub per_user: usize,
-    pub request_timeout: Duration,
-}
+pub use crate::config::ConnectionLimits;
 
 /// The total connection cap, lowered to leave `RESERVED_FDS` of the soft limit on open files
 /// (and as many again for what serving a connection opens) to the daemon's own work. The limit

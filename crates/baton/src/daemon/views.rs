@@ -30,6 +30,14 @@ pub fn job_view_for(peer: &Peer, job: &JobRecord) -> JobView {
     view
 }
 
+/// The job as `peer` may see it, with the reason the job table shows for it (why it waits now,
+/// an end not recorded yet) over the recorded one.
+pub fn shown_view(table: &crate::jobs::JobTable, peer: &Peer, job: &JobRecord) -> JobView {
+    let mut view = job_view_for(peer, job);
+    view.reason = table.reason_of(job).map(|r| r.into_owned());
+    view
+}
+
 pub fn job_view(job: &JobRecord) -> JobView {
     let deps = |kind| {
         job.deps

@@ -144,3 +144,23 @@ pub fn captured_env() -> BTreeMap<String, String> {
         .filter(|(k, _)| !k.is_empty() && !k.contains('='))
         .collect()
 }
+
+/// The agent session this process runs in, read from its environment (empty values count as
+/// unset): where a report can wake it, and which session owns the jobs it submits.
+pub fn agent_context() -> AgentContext {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let claude_socket = var("CLAUDE_CODE_MESSAGING_SOCKET");
+    let codex_thread = var("CODEX_THREAD_ID");
+    // Under Codex's app-server daemon, `TMUX`/`TMUX_PANE` are the daemon's, inherited from
+    // whichever TUI started it: possibly another session's pane. Not ours to type into.
+    let tmux_is_ours = codex_thread.is_none() || !crate::notify::codex::under_app_server();
+    AgentContext {
+        claude_session: var("CLAUDE_CODE_SESSION_ID"),
+        claude_inbound: claude_socket.as_deref().and_then(crate::notify::inbound_of),
+        claude_socket,
+        claude_token: var("CLAUDE_CODE_MESSAGING_TOKEN"),
+        codex_thread,
+        tmux: var("TMUX").filter(|_| tmux_is_ours),
+        tmux_pane: var("TMUX_PANE").filter(|_| tmux_is_ours),
+    }
+}

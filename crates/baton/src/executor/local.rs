@@ -1,71 +1,96 @@
-//! The local backend: jobs run on this machine, each attempt under its own supervisor. A
-//! scheduling pass asks the pure core (`baton_core::plan`) what to start, commits the starts
-//! (the job table's `Start` transitions) in one transaction and only then launches their
-//! supervisors; each supervisor is watched through its pidfd until it exits, and its record
-//! says how the attempt ended. After a restart, `recover` looks at each running job's files to
-//! see whether it ended, still runs, never started, or lost its supervisor.
+//! The local backend: jobs run on this machine, each attempt under its own supervisor. Its pass
+//! asks the daemon for the pure scheduler's starts (`Host::place`: committed before anything
+//! acts on them) and launches their supervisors off the async workers; each supervisor is
+//! watched through its pidfd until it exits, and its record says how the attempt ended. After
+//! a restart, `recover` looks at each running job's files to see whether it ended, still runs,
+//! never started, or lost its supervisor. The pidfds are this backend's own: a cancel reaches a
+//! supervisor through them.
 
+use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use baton_core::lifecycle::decide::{self, AttemptExit};
-use baton_core::lifecycle::{Ending, Runner, Transition};
+use baton_core::lifecycle::{Ending, Exit, Transition};
 use baton_core::{JobId, JobState, Millis};
+use futures_util::future::BoxFuture;
 
+use super::backend::cancel_unstarted;
+use super::contain::Method;
 use super::{
-    Backend, ExitRecord, Launch, LocalExecutor, Recovery, Watch, end_lost_attempt, stop_supervisor,
+    Backend, ExitRecord, Host, Launch, LocalExecutor, Placed, Recovery, Watch, end_lost_attempt,
+    job_env, stop_supervisor,
 };
-use crate::daemon::{
-    Daemon, Inner, LEASE_MS, Placed, TableError, facts, job_env, now_ms, scheduling_input, tasks,
-};
+use crate::clock::now_ms;
+use crate::jobs::TableError;
 use crate::store::JobRecord;
+use crate::tasks::Until;
 
 /// Jobs run here, under supervisors.
 #[derive(Clone)]
 pub struct LocalBackend {
     executor: Arc<LocalExecutor>,
+    /// How every process of a job is held (a cgroup per attempt, or the supervisor as
+    /// subreaper), decided once at startup.
+    containment: Method,
+    /// A pidfd for the supervisor of each running job: how a cancel reaches it.
+    supervisors: Arc<Mutex<HashMap<JobId, OwnedFd>>>,
 }
 
 impl LocalBackend {
-    pub fn new(executor: LocalExecutor) -> LocalBackend {
+    pub fn new(executor: LocalExecutor, containment: Method) -> LocalBackend {
         LocalBackend {
             executor: Arc::new(executor),
+            containment,
+            supervisors: Arc::default(),
         }
+    }
+
+    fn supervisors(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, OwnedFd>> {
+        self.supervisors.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-impl Backend for LocalBackend {
-    fn pass(&self, daemon: &Arc<Daemon>) -> Option<Millis> {
-        self.schedule(daemon)
+impl<H: Host> Backend<H> for LocalBackend {
+    fn pass(&self, host: &Arc<H>) -> Option<Millis> {
+        let (launches, next_wakeup) = host.place();
+        if !launches.is_empty() {
+            // Launching touches files, the spawner's socket and (in system mode) the user
+            // database: off the async workers, so that requests keep being answered meanwhile.
+            let (me, host) = (self.clone(), host.clone());
+            host.clone().tasks().spawn_blocking(move || {
+                for job in launches {
+                    me.launch(&host, job);
+                }
+            });
+        }
+        next_wakeup
     }
 
     fn cancel(
         &self,
-        daemon: &Daemon,
-        inner: &mut Inner,
+        host: &H,
+        jobs: &mut H::Locked<'_>,
         job: &JobRecord,
         request: Transition,
-    ) -> Result<(), TableError> {
+    ) -> Result<bool, TableError> {
         if job.state() == JobState::Queued {
-            return super::cancel_unstarted(daemon, inner, job, &request);
+            return cancel_unstarted(host, jobs, job, &request);
         }
         if job.cancel_requested_by().is_none() {
-            inner.jobs.apply(job.id, request, now_ms())?;
+            jobs.apply(job.id, request, now_ms())?;
         }
         // Asking again is harmless: the supervisor escalates on its own schedule. A supervisor
         // still being started has no pidfd yet; `watch` delivers the cancel once it has one.
-        if let Some(fd) = inner.supervisors.get(&job.id) {
-            stop_supervisor(fd);
-        }
-        Ok(())
+        Ok(self.supervisors().get(&job.id).is_some_and(stop_supervisor))
     }
 
-    fn recover(&self, daemon: &Arc<Daemon>) -> futures_util::future::BoxFuture<'static, ()> {
-        let (me, daemon) = (self.clone(), daemon.clone());
-        Box::pin(async move { me.recover(&daemon).await })
+    fn recover(&self, host: &Arc<H>) -> BoxFuture<'static, ()> {
+        let (me, host) = (self.clone(), host.clone());
+        Box::pin(async move { me.recover(&host).await })
     }
 
-    fn follow(&self, _daemon: Arc<Daemon>) -> Option<futures_util::future::BoxFuture<'static, ()>> {
+    fn follow(&self, _host: Arc<H>) -> Option<BoxFuture<'static, ()>> {
         None // each supervisor is watched from its launch (or its recovery) on
     }
 
@@ -75,159 +100,24 @@ impl Backend for LocalBackend {
 }
 
 impl LocalBackend {
-    /// One scheduling pass: decide with the pure core, commit the decisions, then act on them.
-    /// Returns when a queued job's retry backoff ends, if one waits for that.
-    fn schedule(&self, d: &Arc<Daemon>) -> Option<Millis> {
-        let now = now_ms();
-        let mut launches = Vec::new();
-        let mut cascade = false;
-        let next_wakeup;
-        {
-            let mut inner = d.lock();
-            let (running, pending, states) = match scheduling_input(&inner, &d.gpus) {
-                Ok(input) => input,
-                Err(e) => {
-                    tracing::error!("scheduling pass skipped: {e}");
-                    return None;
-                }
-            };
-            d.metrics
-                .set_queue(pending.len() as i64, running.len() as i64);
-            if pending.is_empty() {
-                return None;
-            }
-            let plan = baton_core::plan(&d.gpus, &running, &pending, &states, now);
-            next_wakeup = plan.next_wakeup;
-
-            // Atomic workflows first: every task's GPUs reserved in one transaction, or, if
-            // that cannot be recorded, none of its tasks starts in this pass.
-            let mut unrecorded: Vec<JobId> = Vec::new();
-            for admission in &plan.admissions {
-                let lease = now + LEASE_MS;
-                match inner
-                    .jobs
-                    .admit(admission.gang, &admission.reserved, lease, now)
-                {
-                    Ok(_) => {
-                        tracing::info!(workflow = admission.gang, "atomic workflow admitted");
-                    }
-                    Err(e) => {
-                        tracing::error!(
-                            workflow = admission.gang,
-                            "cannot record the admission: {e}"
-                        );
-                        unrecorded.extend(admission.reserved.iter().map(|(id, _)| *id));
-                    }
-                }
-            }
-
-            for (id, reason) in &plan.dependency_failed {
-                d.finish(&mut inner, *id, Ending::failed(reason.clone(), now));
-                cascade = true;
-            }
-            let starts: Vec<(JobId, Vec<u32>)> = plan
-                .starts
-                .iter()
-                .filter(|s| !unrecorded.contains(&s.job))
-                .map(|s| (s.job, s.gpus.clone()))
-                .collect();
-            if !starts.is_empty() {
-                // Whether each could start at once (no dependency, never waited for GPUs): its
-                // submit-to-start latency is what the dispatch path costs.
-                let prompt: Vec<Option<Millis>> = starts
-                    .iter()
-                    .map(|(id, _)| {
-                        inner
-                            .jobs
-                            .get(*id)
-                            .filter(|j| {
-                                j.deps.is_empty() && j.attempt() == 0 && !inner.jobs.has_waited(*id)
-                            })
-                            .map(|j| j.submitted_at)
-                    })
-                    .collect();
-                let changes = starts
-                    .iter()
-                    .map(|(id, gpus)| {
-                        let start = Transition::Start {
-                            gpus: gpus.clone(),
-                            at: now,
-                            on: Runner::Local,
-                        };
-                        (*id, start)
-                    })
-                    .collect();
-                let started = match inner.jobs.apply_all(changes, now, |_| Ok(())) {
-                    Ok(started) => started,
-                    Err(e) => {
-                        // Nothing started; the pass is tried again in a second.
-                        tracing::error!("cannot record job starts; not starting them: {e}");
-                        d.write_failed(&mut inner, &e);
-                        let again = now + 1_000;
-                        return Some(next_wakeup.map_or(again, |n| n.min(again)));
-                    }
-                };
-                d.write_succeeded(&mut inner);
-                d.metrics.set_queue(
-                    (pending.len() - starts.len()) as i64,
-                    (running.len() + starts.len()) as i64,
-                );
-                for ((job, _), submitted_at) in started.into_iter().zip(prompt) {
-                    if let Some(at) = submitted_at {
-                        d.metrics
-                            .observe_schedule_latency((now - at).max(0) as f64 / 1000.0);
-                    }
-                    d.workflow_task_started(&mut inner, &job);
-                    launches.push(job);
-                }
-            }
-            inner.jobs.set_waiting(plan.waiting);
-        }
-        if cascade || !launches.is_empty() {
-            d.notify_changed();
-        }
-        if cascade {
-            // A job failed for its dependency may itself be a dependency.
-            d.wake();
-        }
-        if !launches.is_empty() {
-            // Launching touches files, the spawner's socket and (in system mode) the user
-            // database: off the async workers, so that requests keep being answered meanwhile.
-            let (me, d) = (self.clone(), d.clone());
-            d.clone().tasks.spawn_blocking(move || {
-                for job in launches {
-                    me.launch(&d, job);
-                }
-            });
-        }
-        next_wakeup
-    }
-
-    fn launch(&self, d: &Arc<Daemon>, job: JobRecord) {
-        let files = d.files(job.id);
-        let (cgroup, contained) = d.config.containment.prepare(job.id.0, job.attempt());
+    /// Starts the supervisor of a job the pass started, and watches it.
+    fn launch<H: Host>(&self, host: &Arc<H>, job: JobRecord) {
+        let files = host.files(job.id);
+        let (cgroup, contained) = self.containment.prepare(job.id.0, job.attempt());
         let made = cgroup.clone();
-        let result = self.launch_description(d, &job, cgroup).and_then(|launch| {
-            self.executor
-                .launch(&files, &launch)
-                .map_err(|e| e.to_string())
-        });
+        let result = self
+            .launch_description(&**host, &job, cgroup)
+            .and_then(|launch| {
+                self.executor
+                    .launch(&files, &launch)
+                    .map_err(|e| e.to_string())
+            });
         match result {
             Ok((watch, signal)) => {
                 // Which way its processes are held, for `baton events`: a cgroup, or the
                 // supervisor as subreaper (and why no cgroup).
-                if let Err(e) =
-                    d.lock()
-                        .jobs
-                        .store_mut()
-                        .add_event(job.id, "contained", &contained, now_ms())
-                {
-                    tracing::warn!(
-                        job = job.id.0,
-                        "cannot record how the job is contained: {e}"
-                    );
-                }
-                self.watch(d, job.id, job.attempt(), watch, signal)
+                host.note(job.id, "contained", &contained);
+                self.watch(host, job.id, job.attempt(), watch, signal)
             }
             Err(e) => {
                 tracing::error!(job = job.id.0, "cannot start: {e}");
@@ -235,20 +125,20 @@ impl LocalBackend {
                     let _ = std::fs::remove_dir(dir);
                 }
                 let ending = Ending::failed(format!("could not start: {e}"), now_ms());
-                let mut inner = d.lock();
-                d.finish(&mut inner, job.id, ending);
+                let mut jobs = host.lock_jobs();
+                host.end(&mut jobs, job.id, ending);
             }
         }
     }
 
-    fn launch_description(
+    fn launch_description<H: Host>(
         &self,
-        d: &Daemon,
+        host: &H,
         job: &JobRecord,
         cgroup: Option<std::path::PathBuf>,
     ) -> Result<Launch, String> {
-        let env = job_env(job, job.attempt(), Placed::Here(job.gpus()), &d.tag);
-        let run_as = d.run_as(job)?;
+        let env = job_env(job, job.attempt(), Placed::Here(job.gpus()), host.tag());
+        let run_as = host.run_as(job)?;
         Ok(Launch {
             job_id: job.id.0,
             attempt: job.attempt(),
@@ -257,7 +147,7 @@ impl LocalBackend {
             env: env.into_iter().collect(),
             run_as,
             time_limit_ms: job.time_limit,
-            grace_ms: d.config.grace_ms,
+            grace_ms: host.grace_ms(),
             umask: job.umask,
             cgroup: cgroup.map(|dir| dir.display().to_string()),
         })
@@ -265,33 +155,35 @@ impl LocalBackend {
 
     /// Follows a supervisor until it exits. `signal` (its pidfd) is how cancel reaches it; a
     /// cancel that came while it was being started is delivered now.
-    fn watch(
+    fn watch<H: Host>(
         &self,
-        d: &Arc<Daemon>,
+        host: &Arc<H>,
         id: JobId,
         attempt: u32,
         watch: Watch,
         signal: Option<OwnedFd>,
     ) {
         if let Some(fd) = signal {
-            let mut inner = d.lock();
-            let cancelled = inner
-                .jobs
+            // Under the daemon's lock, so that a cancel cannot come between the look and the
+            // pidfd being where the next cancel finds it.
+            let jobs = host.lock_jobs();
+            let cancelled = jobs
                 .get(id)
                 .is_some_and(|j| j.attempt() == attempt && j.cancel_requested_by().is_some());
             if cancelled {
                 stop_supervisor(&fd);
             }
-            inner.supervisors.insert(id, fd);
+            self.supervisors().insert(id, fd);
+            drop(jobs);
         }
-        let (me, d) = (self.clone(), d.clone());
+        let (me, host) = (self.clone(), host.clone());
         // Cancelled at a stop: the job runs on, and the next daemon watches it again.
-        d.clone().tasks.spawn(tasks::Until::Drained, async move {
+        host.clone().tasks().spawn(Until::Drained, async move {
             watch.exited().await;
-            let exit = d.files(id).exit_of(attempt);
+            let exit = host.files(id).exit_of(attempt);
             match exit {
-                Some(exit) => me.attempt_ended(&d, id, attempt, Some(exit)),
-                None => me.lost(d, id, attempt).await,
+                Some(exit) => me.attempt_ended(&*host, id, attempt, Some(exit)),
+                None => me.lost(host, id, attempt).await,
             }
         });
     }
@@ -299,15 +191,15 @@ impl LocalBackend {
     /// An attempt whose supervisor died without recording how it ended (`kill -9`, machine
     /// trouble): what it left running is ended first, and only then is the attempt over and its
     /// GPUs free.
-    async fn lost(self, d: Arc<Daemon>, id: JobId, attempt: u32) {
+    async fn lost<H: Host>(self, host: Arc<H>, id: JobId, attempt: u32) {
         tracing::warn!(
             job = id.0,
             "the supervisor died without recording an exit; ending what it left running"
         );
-        let files = d.files(id);
-        let grace = std::time::Duration::from_millis(d.config.grace_ms.max(0) as u64);
-        let ended = d
-            .tasks
+        let files = host.files(id);
+        let grace = std::time::Duration::from_millis(host.grace_ms().max(0) as u64);
+        let ended = host
+            .tasks()
             .spawn_blocking(move || end_lost_attempt(&files, attempt, grace));
         if let Err(e) = ended.await {
             tracing::error!(
@@ -315,25 +207,25 @@ impl LocalBackend {
                 "ending the lost attempt's processes failed: {e}"
             );
         }
-        self.attempt_ended(&d, id, attempt, None);
+        self.attempt_ended(&*host, id, attempt, None);
     }
 
     /// Records the end of an attempt: final state, or back to the queue for a retry. One lock
     /// from the look at the job to the record of its fate, so a cancel cannot slip in between.
-    fn attempt_ended(&self, d: &Daemon, id: JobId, attempt: u32, exit: Option<ExitRecord>) {
+    fn attempt_ended<H: Host>(&self, host: &H, id: JobId, attempt: u32, exit: Option<ExitRecord>) {
         let now = now_ms();
-        let mut inner = d.lock();
-        let job = match inner.jobs.get(id) {
+        let jobs = host.lock_jobs();
+        let job = match jobs.get(id) {
             Some(job) if job.state() == JobState::Running && job.attempt() == attempt => {
                 job.clone()
             }
             // Already recorded (a recovery and a watch can both see one exit); one being
-            // recorded is left alone by `conclude_attempt`.
+            // recorded is left alone by `attempt_over`.
             _ => return,
         };
-        inner.supervisors.remove(&id);
+        self.supervisors().remove(&id);
         let exit = exit.map(|e| AttemptExit {
-            exit: baton_core::lifecycle::Exit {
+            exit: Exit {
                 code: e.exit_code,
                 signal: e.signal,
             },
@@ -342,42 +234,46 @@ impl LocalBackend {
             error: e.error,
             ended_at: e.ended_at,
         });
-        let ending = decide::attempt_ending(facts(&job), exit.as_ref(), now);
-        d.conclude_attempt(inner, &job, ending);
+        let ending = decide::attempt_ending(job.facts(), exit.as_ref(), now);
+        host.attempt_over(jobs, &job, ending);
     }
 
     /// Picks up the jobs the store says are running after a restart: each ended while the
     /// daemon was away, still runs (watched again), never started (back to the queue), or lost
     /// its supervisor (what it left is ended, then so is the attempt).
-    async fn recover(&self, d: &Arc<Daemon>) {
+    async fn recover<H: Host>(&self, host: &Arc<H>) {
         // A job with a Slurm id was a Slurm backend's (the daemon ran with `kind = "slurm"`
         // before): no supervisor of this machine has it, so it is left as it is.
-        for job in d.running().into_iter().filter(|j| j.slurm_id().is_none()) {
-            let files = d.files(job.id);
+        let running: Vec<JobRecord> = host
+            .lock_jobs()
+            .active()
+            .filter(|j| j.state() == JobState::Running && j.slurm_id().is_none())
+            .cloned()
+            .collect();
+        for job in running {
+            let files = host.files(job.id);
             let attempt = job.attempt();
             match self.executor.recover(&files, attempt).await {
                 Recovery::Ended(exit) => {
                     tracing::info!(job = job.id.0, "ended while the daemon was away");
-                    self.attempt_ended(d, job.id, attempt, Some(exit));
+                    self.attempt_ended(&**host, job.id, attempt, Some(exit));
                 }
                 Recovery::Running(watch, signal) => {
                     tracing::info!(job = job.id.0, "still running; watching it again");
-                    self.watch(d, job.id, attempt, watch, Some(signal));
+                    self.watch(host, job.id, attempt, watch, Some(signal));
                 }
                 Recovery::NeverStarted => {
                     tracing::info!(job = job.id.0, "launch never started; back to the queue");
                     let withdraw = Transition::Withdraw {
                         reason: "requeued: the daemon stopped before it could start".into(),
                     };
-                    if let Err(e) = d.lock().jobs.apply(job.id, withdraw, now_ms()) {
+                    if let Err(e) = host.lock_jobs().apply(job.id, withdraw, now_ms()) {
                         tracing::error!(job = job.id.0, "cannot put it back in the queue: {e}");
                     }
                 }
                 Recovery::Lost => {
-                    d.tasks.spawn(
-                        tasks::Until::Drained,
-                        self.clone().lost(d.clone(), job.id, attempt),
-                    );
+                    let lost = self.clone().lost(host.clone(), job.id, attempt);
+                    host.tasks().spawn(Until::Drained, lost);
                 }
             }
         }

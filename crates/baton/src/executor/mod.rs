@@ -14,72 +14,15 @@
 //! Few files, written in place: creating and deleting files is a large part of what a job costs
 //! the machine when jobs are short.
 
+mod backend;
 pub mod contain;
 pub mod local;
 pub mod slurm;
 pub mod spawner;
 pub mod supervisor;
 
+pub use backend::{Backend, Host, Placed, job_env};
 pub use local::LocalBackend;
-
-/// Where jobs run: supervisors on this machine ([`LocalBackend`]) or a Slurm cluster
-/// ([`slurm::SlurmBackend`]). The daemon and its handlers ask their backend what to do; none of
-/// them asks which one it is. Backends change jobs only through the job table's transitions.
-pub trait Backend: Send + Sync {
-    /// Starts (here) or submits (to the cluster) the queued jobs that can go now. Returns when
-    /// to look again if a job waits for a moment rather than an event (a retry's backoff).
-    fn pass(&self, daemon: &std::sync::Arc<crate::daemon::Daemon>) -> Option<baton_core::Millis>;
-
-    /// Stops `job`, queued or running, as `request` (a `Transition::RequestCancel`) asks: a job
-    /// the backend does not have yet ends at once; one it has is asked to stop, and its end
-    /// comes back as any end does. Called with the daemon's lock held.
-    fn cancel(
-        &self,
-        daemon: &crate::daemon::Daemon,
-        inner: &mut crate::daemon::Inner,
-        job: &crate::store::JobRecord,
-        request: baton_core::lifecycle::Transition,
-    ) -> Result<(), crate::daemon::TableError>;
-
-    /// After a restart: takes up the running jobs this backend had.
-    fn recover(
-        &self,
-        daemon: &std::sync::Arc<crate::daemon::Daemon>,
-    ) -> futures_util::future::BoxFuture<'static, ()>;
-
-    /// Follows the backend's jobs until the daemon stops, when that takes a loop of its own.
-    fn follow(
-        &self,
-        daemon: std::sync::Arc<crate::daemon::Daemon>,
-    ) -> Option<futures_util::future::BoxFuture<'static, ()>>;
-
-    /// Something outside says a job changed (Slurm's end-of-job mail): look now.
-    fn poke(&self) {}
-
-    /// Whether baton itself places jobs on this machine's GPUs: requests are then checked
-    /// against them, queue outlooks are baton's own, and the GPU monitor's samples describe the
-    /// jobs. Under Slurm, the cluster judges and places.
-    fn places_here(&self) -> bool;
-}
-
-/// Ends a queued job that no backend has yet, as `request` (a cancel) asks.
-fn cancel_unstarted(
-    daemon: &crate::daemon::Daemon,
-    inner: &mut crate::daemon::Inner,
-    job: &crate::store::JobRecord,
-    request: &baton_core::lifecycle::Transition,
-) -> Result<(), crate::daemon::TableError> {
-    let by = match request {
-        baton_core::lifecycle::Transition::RequestCancel { by, .. } => by.as_str(),
-        _ => "someone",
-    };
-    let end = baton_core::lifecycle::Ending::cancelled(
-        format!("cancelled by {by} before it started"),
-        crate::daemon::now_ms(),
-    );
-    daemon.finish(inner, job.id, end);
-    Ok(())
-}
 
 use std::fs;
 use std::io;

@@ -166,17 +166,7 @@ impl Channel {
     }
 }
 
-/// Why a Claude Code session will not start a turn for a message on its inbox socket, learnt
-/// from its settings, its command line or its hook.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "decision", rename_all = "lowercase")]
-pub enum Inbound {
-    /// Kept for a person to approve (bypass-permissions sessions, `crossSessionInbound =
-    /// "hold"`).
-    Held { why: String },
-    /// Turned away (`crossSessionInbound = "refuse"`).
-    Refused { why: String },
-}
+pub use crate::api::Inbound;
 
 /// A spec that cannot be honoured, worded for the person or agent who wrote it.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]

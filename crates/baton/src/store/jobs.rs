@@ -15,8 +15,8 @@ use baton_core::{DepKind, Dependency, GpuRequest, JobId, JobState, Millis};
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 
 use super::events::log_event;
-use crate::api::EnvNames;
 use super::{Store, StoreError, json};
+use crate::api::EnvNames;
 use crate::notify::Channel;
 
 /// Everything baton knows about a job.
@@ -180,6 +180,16 @@ impl std::fmt::Debug for NewJob {
 }
 
 impl JobRecord {
+    /// What an attempt's end depends on, for `lifecycle::decide`.
+    pub fn facts(&self) -> baton_core::lifecycle::decide::JobFacts<'_> {
+        baton_core::lifecycle::decide::JobFacts {
+            cancel_requested_by: self.cancel_requested_by(),
+            time_limit: self.time_limit,
+            attempt: self.attempt(),
+            retries: self.retries,
+        }
+    }
+
     /// Its status and attempts.
     #[cfg(test)]
     pub fn life(&self) -> &Life {

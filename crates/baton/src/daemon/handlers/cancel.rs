@@ -45,9 +45,9 @@ pub(crate) fn cancel_jobs(
     {
         // Everything is checked before anything changes.
         let current = daemon.views(peer, ids)?;
-        let mut inner = daemon.lock();
+        let mut jobs = crate::daemon::host::Locked(daemon.lock());
         for view in &current {
-            let Some(job) = inner.jobs.get(JobId(view.id)) else {
+            let Some(job) = jobs.get(JobId(view.id)) else {
                 continue;
             };
             if !peer.may_act_on(job) {
@@ -84,10 +84,10 @@ pub(crate) fn cancel_jobs(
             reason: format!("cancelling (asked by {by})"),
         };
         for id in ids {
-            let Some(job) = inner.jobs.get(*id).cloned() else {
+            let Some(job) = jobs.get(*id).cloned() else {
                 continue; // already ended: nothing to do
             };
-            daemon.cancel(&mut inner, &job, request())?;
+            daemon.cancel(&mut jobs, &job, request())?;
         }
     }
     daemon.notify_changed();

@@ -7,6 +7,7 @@ use axum::extract::{ConnectInfo, Query, State};
 use baton_core::JobId;
 
 use crate::api::{JobView, ListQuery};
+use crate::daemon::views::shown_view;
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
 
 pub async fn handle(
@@ -36,7 +37,9 @@ pub async fn handle(
             }
         }
         return Ok(Json(
-            jobs.iter().map(|j| inner.jobs.view_for(&peer, j)).collect(),
+            jobs.iter()
+                .map(|j| shown_view(&inner.jobs, &peer, j))
+                .collect(),
         ));
     }
     let mut jobs = if query.all {
@@ -62,7 +65,7 @@ pub async fn handle(
     Ok(Json(
         jobs.iter()
             .map(|j| {
-                let mut view = inner.jobs.view_for(&peer, j);
+                let mut view = shown_view(&inner.jobs, &peer, j);
                 if let Some(Some(at)) = predicted.get(&j.id) {
                     view.predicted_start = Some(crate::daemon::views::rfc3339(*at));
                 }
@@ -92,7 +95,7 @@ impl Daemon {
         let inner = self.lock();
         for id in ids {
             match inner.jobs.lookup(*id)? {
-                Some(job) => out.push(inner.jobs.view_for(peer, &job)),
+                Some(job) => out.push(shown_view(&inner.jobs, peer, &job)),
                 None => {
                     let newest = inner.jobs.store().max_id()?;
                     return Err(ApiError::NotFound(if newest == 0 {

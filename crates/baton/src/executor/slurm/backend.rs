@@ -23,10 +23,15 @@ use baton_core::lifecycle::decide::{self, SlurmEnd, WorkflowState};
 use baton_core::lifecycle::{Ending, Exit, Runner, SlurmJob, Transition};
 use baton_core::{DepKind, JobId, JobState, Millis};
 
+use futures_util::future::BoxFuture;
+
 use super::{HetTask, JobInfo, QueueLine, Slurm, SlurmError, Submission};
-use crate::daemon::{Daemon, Inner, Placed, facts, job_env, now_ms, tasks};
-use crate::executor::Backend;
+use crate::clock::now_ms;
+use crate::executor::backend::cancel_unstarted;
+use crate::executor::{Backend, Host, Placed, job_env};
+use crate::jobs::TableError;
 use crate::store::JobRecord;
+use crate::tasks;
 
 /// Polling while jobs run, and the longest back-off while they only wait.
 const POLL_RUNNING: Duration = Duration::from_secs(1);
@@ -51,38 +56,37 @@ impl SlurmBackend {
     }
 }
 
-impl Backend for SlurmBackend {
-    fn pass(&self, daemon: &Arc<Daemon>) -> Option<Millis> {
-        self.slurm_pass(daemon)
+impl<H: Host> Backend<H> for SlurmBackend {
+    fn pass(&self, host: &Arc<H>) -> Option<Millis> {
+        self.slurm_pass(host)
     }
 
     fn cancel(
         &self,
-        daemon: &Daemon,
-        inner: &mut Inner,
+        host: &H,
+        jobs: &mut H::Locked<'_>,
         job: &JobRecord,
         request: Transition,
-    ) -> Result<(), crate::daemon::TableError> {
+    ) -> Result<bool, TableError> {
         // A job Slurm has (or is being given) is cancelled there; its end comes back through
         // tracking. One not given to Slurm yet simply ends.
         if job.slurm_id().is_none() && job.slurm_submitting_at().is_none() {
-            return super::super::cancel_unstarted(daemon, inner, job, &request);
+            return cancel_unstarted(host, jobs, job, &request);
         }
         let job = match job.cancel_requested_by() {
-            None => inner.jobs.apply(job.id, request, now_ms())?.0,
+            None => jobs.apply(job.id, request, now_ms())?.0,
             Some(_) => job.clone(),
         };
-        self.slurm_cancel(daemon, &job);
-        Ok(())
+        Ok(self.slurm_cancel(host, &job))
     }
 
-    fn recover(&self, _daemon: &Arc<Daemon>) -> futures_util::future::BoxFuture<'static, ()> {
-        // Interrupted submissions are looked for by the tracker, first thing.
+    fn recover(&self, _host: &Arc<H>) -> BoxFuture<'static, ()> {
+        // Interrupted submissions are looked for by the tracker, first thing (`follow`).
         Box::pin(async {})
     }
 
-    fn follow(&self, daemon: Arc<Daemon>) -> Option<futures_util::future::BoxFuture<'static, ()>> {
-        Some(Box::pin(self.clone().slurm_loop(daemon)))
+    fn follow(&self, host: Arc<H>) -> Option<BoxFuture<'static, ()>> {
+        Some(Box::pin(self.clone().slurm_loop(host)))
     }
 
     fn poke(&self) {
@@ -96,7 +100,7 @@ impl Backend for SlurmBackend {
 
 impl SlurmBackend {
     /// Submits what can be submitted. Runs where the local backend runs its scheduling pass.
-    fn slurm_pass(&self, d: &Arc<Daemon>) -> Option<Millis> {
+    fn slurm_pass<H: Host>(&self, d: &Arc<H>) -> Option<Millis> {
         let now = now_ms();
         // The first moment a retry waiting out its backoff may be submitted.
         let mut next_wakeup: Option<Millis> = None;
@@ -104,18 +108,16 @@ impl SlurmBackend {
         let mut failed: Vec<(JobId, String)> = Vec::new();
         let mut gangs: Vec<(u64, Vec<JobRecord>)> = Vec::new();
         {
-            let mut inner = d.lock();
+            let mut inner = d.lock_jobs();
             // Atomic workflows go whole, as one heterogeneous job, once none of their tasks is
             // in Slurm yet (a retried task later goes alone, below).
             let atomic: Vec<u64> = inner
-                .jobs
                 .workflows()
                 .filter(|w| w.atomic && w.state == WorkflowState::Queued)
                 .map(|w| w.id)
                 .collect();
             for w in atomic {
                 let tasks: Vec<JobRecord> = inner
-                    .jobs
                     .active()
                     .filter(|j| j.workflow_id == Some(w))
                     .cloned()
@@ -128,23 +130,23 @@ impl SlurmBackend {
                     .iter()
                     .map(|t| (t.id, Transition::SlurmSubmitting { at: now }))
                     .collect();
-                match inner.jobs.apply_all(changes, now, |_| Ok(())) {
+                match inner.apply_all(changes, now, |_| Ok(())) {
                     Ok(submitting) => {
                         gangs.push((w, submitting.into_iter().map(|(t, _)| t).collect()))
                     }
                     Err(e) => tracing::error!(workflow = w, "cannot record the submission: {e}"),
                 }
             }
-            let queued: Vec<JobRecord> = inner.jobs.active().filter(unsubmitted).cloned().collect();
+            let queued: Vec<JobRecord> = inner.active().filter(unsubmitted).cloned().collect();
             let mut ended = Vec::new();
             for job in &queued {
                 for d in &job.deps {
-                    if !inner.jobs.is_active(d.job) {
+                    if !inner.is_active(d.job) {
                         ended.push(d.job);
                     }
                 }
             }
-            let ended = match inner.jobs.store().states(&ended) {
+            let ended = match inner.store().states(&ended) {
                 Ok(states) => states,
                 Err(e) => {
                     tracing::error!("Slurm pass skipped: {e}");
@@ -162,7 +164,7 @@ impl SlurmBackend {
                         DepKind::Success => "afterok",
                         DepKind::Any => "afterany",
                     };
-                    match inner.jobs.get(d.job) {
+                    match inner.get(d.job) {
                         Some(dep) => match dep.slurm_id() {
                             Some(sid) => deps.push(format!("{kind}:{sid}")),
                             None => continue 'jobs, // submitted after it
@@ -187,10 +189,7 @@ impl SlurmBackend {
                         },
                     }
                 }
-                match inner
-                    .jobs
-                    .apply(job.id, Transition::SlurmSubmitting { at: now }, now)
-                {
+                match inner.apply(job.id, Transition::SlurmSubmitting { at: now }, now) {
                     Ok((job, _)) => submit.push((job, deps)),
                     Err(e) => {
                         tracing::error!(job = job.id.0, "cannot record the submission: {e}")
@@ -198,33 +197,33 @@ impl SlurmBackend {
                 }
             }
             for (id, reason) in failed {
-                d.finish(&mut inner, id, Ending::failed(reason, now));
+                d.end(&mut inner, id, Ending::failed(reason, now));
             }
         }
         if submit.is_empty() && gangs.is_empty() {
             return next_wakeup;
         }
         let (me, d) = (self.clone(), d.clone());
-        d.clone().tasks.spawn_blocking(move || {
+        d.clone().tasks().spawn_blocking(move || {
             for (workflow, tasks) in gangs {
                 me.submit_gang(&d, workflow, &tasks);
             }
             for (job, deps) in submit {
                 me.submit_to_slurm(&d, &job, deps);
             }
-            d.notify_changed();
+            d.changed();
             me.wake.notify_one();
         });
         next_wakeup
     }
 
-    fn submit_to_slurm(&self, d: &Arc<Daemon>, job: &JobRecord, dependencies: Vec<String>) {
+    fn submit_to_slurm<H: Host>(&self, d: &Arc<H>, job: &JobRecord, dependencies: Vec<String>) {
         let files = d.files(job.id);
         if let Err(e) = std::fs::create_dir_all(&files.dir) {
             tracing::error!(job = job.id.0, "cannot create the job's directory: {e}");
         }
         let attempt = job.attempt() + 1;
-        let env = job_env(job, attempt, Placed::ByCluster, &d.tag);
+        let env = job_env(job, attempt, Placed::ByCluster, d.tag());
         let run_as = d.run_as(job);
         let submission = Submission {
             job: job.id.0,
@@ -241,14 +240,14 @@ impl SlurmBackend {
                 .slurm
                 .settings
                 .mail_hook
-                .then(|| self.socket_path(d).display().to_string()),
+                .then(|| d.socket().display().to_string()),
         };
         let result = match &run_as {
             Err(e) => Err(SlurmError::Refused(e.clone())),
             Ok(run_as) => self.slurm.submit(&submission, run_as.as_ref()),
         };
         let now = now_ms();
-        let mut inner = d.lock();
+        let mut inner = d.lock_jobs();
         match result {
             Ok(sid) => {
                 tracing::info!(job = job.id.0, slurm = sid, "submitted to Slurm");
@@ -256,7 +255,7 @@ impl SlurmBackend {
                     id: sid,
                     reason: Some(format!("Slurm job {sid}: submitted")),
                 };
-                let cancel = match inner.jobs.apply(job.id, submitted, now) {
+                let cancel = match inner.apply(job.id, submitted, now) {
                     // Cancelled while sbatch ran: cancel it in Slurm now.
                     Ok((j, _)) => j.cancel_requested_by().is_some().then_some(j),
                     Err(e) => {
@@ -266,13 +265,13 @@ impl SlurmBackend {
                 };
                 drop(inner);
                 if let Some(j) = cancel {
-                    self.slurm_cancel(d, &j);
+                    self.slurm_cancel(&**d, &j);
                 }
             }
             Err(SlurmError::Refused(message)) => {
                 tracing::warn!(job = job.id.0, "Slurm refused the job: {message}");
                 let ending = Ending::failed(format!("Slurm refused the job: {message}"), now);
-                d.finish(&mut inner, job.id, ending);
+                d.end(&mut inner, job.id, ending);
             }
             Err(e @ SlurmError::Unreachable(_)) => {
                 tracing::warn!(job = job.id.0, "{e}; trying again in 5 s");
@@ -283,7 +282,7 @@ impl SlurmBackend {
 
     /// Submits an atomic workflow as one heterogeneous job: Slurm allocates every task's GPUs
     /// at once or none; the batch script starts each task as its dependencies succeed.
-    fn submit_gang(&self, d: &Arc<Daemon>, workflow: u64, tasks: &[JobRecord]) {
+    fn submit_gang<H: Host>(&self, d: &Arc<H>, workflow: u64, tasks: &[JobRecord]) {
         let mut tasks: Vec<&JobRecord> = tasks.iter().collect();
         tasks.sort_by_key(|t| t.id); // inserted in dependency order
         let position: HashMap<JobId, usize> =
@@ -291,7 +290,7 @@ impl SlurmBackend {
         let dirs: Vec<std::path::PathBuf> = tasks.iter().map(|t| d.files(t.id).dir).collect();
         let envs: Vec<_> = tasks
             .iter()
-            .map(|t| job_env(t, t.attempt() + 1, Placed::ByCluster, &d.tag))
+            .map(|t| job_env(t, t.attempt() + 1, Placed::ByCluster, d.tag()))
             .collect();
         let het: Vec<HetTask<'_>> = tasks
             .iter()
@@ -317,7 +316,7 @@ impl SlurmBackend {
             .iter()
             .map(|t| t.time_limit)
             .try_fold(0_i64, |sum, l| l.map(|l| sum.saturating_add(l)));
-        let dir = crate::paths::workflow_dir(&d.config.home, workflow);
+        let dir = crate::paths::workflow_dir(d.home(), workflow);
         let result = match d.run_as(tasks[0]) {
             Err(e) => Err(SlurmError::Refused(e)),
             Ok(run_as) => self.slurm.submit_het(
@@ -331,7 +330,7 @@ impl SlurmBackend {
             ),
         };
         let now = now_ms();
-        let mut inner = d.lock();
+        let mut inner = d.lock_jobs();
         match result {
             Ok(sid) => {
                 tracing::info!(
@@ -350,14 +349,14 @@ impl SlurmBackend {
                         (t.id, submitted)
                     })
                     .collect();
-                if let Err(e) = inner.jobs.apply_all(changes, now, |_| Ok(())) {
+                if let Err(e) = inner.apply_all(changes, now, |_| Ok(())) {
                     tracing::error!(workflow, "cannot record Slurm job {sid}: {e}");
                 }
             }
             Err(SlurmError::Refused(message)) => {
                 for t in &tasks {
                     let reason = format!("Slurm refused the workflow: {message}");
-                    d.finish(&mut inner, t.id, Ending::failed(reason, now));
+                    d.end(&mut inner, t.id, Ending::failed(reason, now));
                 }
             }
             Err(e @ SlurmError::Unreachable(_)) => {
@@ -370,7 +369,13 @@ impl SlurmBackend {
 
     /// Slurm did not answer: the jobs go back to waiting for submission, with the reason, and
     /// the next pass in a few seconds tries again.
-    fn submit_later(&self, d: &Arc<Daemon>, inner: &mut Inner, ids: &[JobId], e: &SlurmError) {
+    fn submit_later<H: Host>(
+        &self,
+        d: &Arc<H>,
+        inner: &mut H::Locked<'_>,
+        ids: &[JobId],
+        e: &SlurmError,
+    ) {
         let changes = ids
             .iter()
             .map(|id| {
@@ -380,11 +385,11 @@ impl SlurmBackend {
                 (*id, again)
             })
             .collect();
-        if let Err(e) = inner.jobs.apply_all(changes, now_ms(), |_| Ok(())) {
+        if let Err(e) = inner.apply_all(changes, now_ms(), |_| Ok(())) {
             tracing::error!("cannot record that the submission waits: {e}");
         }
         let me = d.clone();
-        d.tasks.spawn(tasks::Until::Stop, async move {
+        d.tasks().spawn(tasks::Until::Stop, async move {
             tokio::time::sleep(RETRY_UNREACHABLE).await;
             me.wake();
         });
@@ -393,30 +398,24 @@ impl SlurmBackend {
     /// Whether a job is a task of an atomic workflow that went to Slurm as one heterogeneous
     /// job (its state then comes from the files its step leaves). Its script says so, which
     /// survives a restart; a retried task goes alone with a plain script.
-    fn in_gang(&self, d: &Daemon, job: &JobRecord) -> bool {
+    fn in_gang<H: Host>(&self, d: &H, job: &JobRecord) -> bool {
         job.workflow_id.is_some()
             && std::fs::read_to_string(d.files(job.id).dir.join("slurm.sh"))
                 .is_ok_and(|s| s.contains(crate::executor::slurm::HET_MARKER))
     }
 
-    fn socket_path(&self, d: &Daemon) -> std::path::PathBuf {
-        d.config.home.join("baton.sock")
-    }
-
     /// After a restart: submissions that were under way when the daemon stopped are found in
     /// Slurm by their name and comment, or made again if Slurm never got them.
-    fn slurm_recover(&self, d: &Arc<Daemon>) {
+    fn slurm_recover<H: Host>(&self, d: &Arc<H>) {
         let interrupted: Vec<JobRecord> = d
-            .lock()
-            .jobs
+            .lock_jobs()
             .active()
             .filter(|j| j.slurm_id().is_none() && j.slurm_submitting_at().is_some())
             .cloned()
             .collect();
         for job in interrupted {
             let gang = job.workflow_id.filter(|w| {
-                d.lock()
-                    .jobs
+                d.lock_jobs()
                     .workflow(*w)
                     .is_some_and(|wf| wf.atomic && wf.state == WorkflowState::Queued)
             });
@@ -424,7 +423,7 @@ impl SlurmBackend {
                 Some(w) => self.slurm.find_het(w, job.attempt() + 1),
                 None => self.slurm.find(job.id.0, job.attempt() + 1),
             };
-            let mut inner = d.lock();
+            let mut inner = d.lock_jobs();
             match found {
                 Ok(Some(sid)) => {
                     tracing::info!(
@@ -436,14 +435,14 @@ impl SlurmBackend {
                         id: sid,
                         reason: None,
                     };
-                    if let Err(e) = inner.jobs.apply(job.id, found, now_ms()) {
+                    if let Err(e) = inner.apply(job.id, found, now_ms()) {
                         tracing::error!(job = job.id.0, "cannot record Slurm job {sid}: {e}");
                     }
                 }
                 Ok(None) => {
                     tracing::info!(job = job.id.0, "its submission never reached Slurm; again");
                     let again = Transition::SlurmNotSubmitted { reason: None };
-                    if let Err(e) = inner.jobs.apply(job.id, again, now_ms()) {
+                    if let Err(e) = inner.apply(job.id, again, now_ms()) {
                         tracing::error!(job = job.id.0, "cannot record it: {e}");
                     }
                 }
@@ -457,18 +456,17 @@ impl SlurmBackend {
     }
 
     /// Follows this daemon's Slurm jobs until shutdown.
-    async fn slurm_loop(self, d: Arc<Daemon>) {
+    async fn slurm_loop<H: Host>(self, d: Arc<H>) {
         let (me, daemon) = (self.clone(), d.clone());
         let _ = d
-            .tasks
+            .tasks()
             .spawn_blocking(move || me.slurm_recover(&daemon))
             .await;
         d.wake();
         let mut interval = POLL_RUNNING;
         loop {
             let tracked: Vec<(JobId, u64)> = d
-                .lock()
-                .jobs
+                .lock_jobs()
                 .active()
                 .filter_map(|j| j.slurm_id().map(|sid| (j.id, sid)))
                 .collect();
@@ -479,7 +477,7 @@ impl SlurmBackend {
             }
             let (me, daemon) = (self.clone(), d.clone());
             let outcome = d
-                .tasks
+                .tasks()
                 .spawn_blocking(move || me.slurm_check(&daemon, &tracked))
                 .await
                 .unwrap_or(Check::Quiet { running: false });
@@ -496,7 +494,7 @@ impl SlurmBackend {
     }
 
     /// One look at the tracked jobs; applies what changed.
-    fn slurm_check(&self, d: &Arc<Daemon>, tracked: &[(JobId, u64)]) -> Check {
+    fn slurm_check<H: Host>(&self, d: &Arc<H>, tracked: &[(JobId, u64)]) -> Check {
         let ids: Vec<u64> = tracked.iter().map(|(_, sid)| *sid).collect();
         let mut ids = ids;
         ids.sort_unstable();
@@ -525,13 +523,13 @@ impl SlurmBackend {
         for &(id, sid) in tracked {
             let line = lines.get(&sid);
             let state = line.map(|l| l.state.as_str()).unwrap_or("");
-            let known = d.lock().jobs.get(id).cloned();
+            let known = d.lock_jobs().get(id).cloned();
             let Some(job) = known.filter(|j| j.slurm_id() == Some(sid)) else {
                 continue; // ended or resubmitted meanwhile
             };
             let is_final = line.is_none() || crate::executor::slurm::parse::is_final(state);
-            if self.in_gang(d, &job) {
-                match self.gang_task_check(d, &job, sid, is_final) {
+            if self.in_gang(&**d, &job) {
+                match self.gang_task_check(&**d, &job, sid, is_final) {
                     Some(true) => changed = true,
                     Some(false) => running = true,
                     None => {}
@@ -553,7 +551,7 @@ impl SlurmBackend {
                         reason: Some(reason),
                         nodes: None,
                     };
-                    if let Err(e) = d.lock().jobs.apply(id, seen, now_ms()) {
+                    if let Err(e) = d.lock_jobs().apply(id, seen, now_ms()) {
                         tracing::warn!(job = id.0, "cannot record Slurm's word: {e}");
                     }
                     changed = true;
@@ -571,23 +569,23 @@ impl SlurmBackend {
                 }
             };
             let Some(info) = info else {
-                self.slurm_lost(d, &job, sid);
+                self.slurm_lost(&**d, &job, sid);
                 changed = true;
                 continue;
             };
             if job.state() == JobState::Queued {
-                self.slurm_started(d, &job, &info);
+                self.slurm_started(&**d, &job, &info);
                 changed = true;
             }
             if info.ended() {
-                self.slurm_ended(d, id, &info);
+                self.slurm_ended(&**d, id, &info);
                 changed = true;
             } else {
                 running = true;
             }
         }
         if changed {
-            d.notify_changed();
+            d.changed();
             Check::Changed
         } else {
             Check::Quiet { running }
@@ -597,9 +595,9 @@ impl SlurmBackend {
     /// A task of a heterogeneous job, from the files its runner and step leave: started (with
     /// its GPUs and node), ended (exit code, or `dep`), or never run because Slurm ended the
     /// whole job first. `Some(true)`: something changed; `Some(false)`: still going.
-    fn gang_task_check(
+    fn gang_task_check<H: Host>(
         &self,
-        d: &Daemon,
+        d: &H,
         job: &JobRecord,
         sid: u64,
         slurm_done: bool,
@@ -674,17 +672,17 @@ impl SlurmBackend {
         };
         // No retries inside a heterogeneous job: its allocation is the workflow's, and the tasks
         // after this one have already been told how it went.
-        let mut inner = d.lock();
-        if inner.jobs.is_active(job.id) {
-            d.finish(&mut inner, job.id, ending);
+        let mut inner = d.lock_jobs();
+        if inner.is_active(job.id) {
+            d.end(&mut inner, job.id, ending);
         }
         Some(true)
     }
 
     /// Slurm started the job: it is running, on the GPUs Slurm gave it.
-    fn slurm_started(&self, d: &Daemon, job: &JobRecord, info: &JobInfo) {
+    fn slurm_started<H: Host>(&self, d: &H, job: &JobRecord, info: &JobInfo) {
         let start = info.start.unwrap_or_else(now_ms);
-        let mut inner = d.lock();
+        let mut inner = d.lock_jobs();
         let started = Transition::Start {
             gpus: info.gpus.clone(),
             at: start,
@@ -695,8 +693,8 @@ impl SlurmBackend {
                 nodes: Some(info.nodes.clone()),
             }),
         };
-        match inner.jobs.apply(job.id, started, start) {
-            Ok((job, _)) => d.workflow_task_started(&mut inner, &job),
+        match inner.apply(job.id, started, start) {
+            Ok((job, _)) => d.started(&mut inner, &job),
             Err(e) => {
                 tracing::error!(job = job.id.0, "cannot record the start: {e}");
                 return;
@@ -706,18 +704,18 @@ impl SlurmBackend {
     }
 
     /// Slurm is done with the job: its end, as Slurm tells it.
-    fn slurm_ended(&self, d: &Daemon, id: JobId, info: &JobInfo) {
-        let mut inner = d.lock();
+    fn slurm_ended<H: Host>(&self, d: &H, id: JobId, info: &JobInfo) {
+        let mut inner = d.lock_jobs();
         let seen = Transition::SlurmSeen {
             state: info.state.clone(),
             reason: None,
             nodes: None,
         };
-        let job = match inner.jobs.apply(id, seen, now_ms()) {
+        let job = match inner.apply(id, seen, now_ms()) {
             Ok((job, _)) => job,
             Err(e) => {
                 tracing::warn!(job = id.0, "cannot record Slurm's word: {e}");
-                match inner.jobs.get(id) {
+                match inner.get(id) {
                     Some(job) => job.clone(),
                     None => return,
                 }
@@ -725,41 +723,43 @@ impl SlurmBackend {
         };
         let ending = slurm_ending(&job, info, now_ms());
         tracing::info!(job = id.0, slurm = info.id, state = %info.state, "ended in Slurm");
-        d.conclude_attempt(inner, &job, ending);
+        d.attempt_over(inner, &job, ending);
     }
 
     /// Slurm no longer knows the job and there is no accounting to ask.
-    fn slurm_lost(&self, d: &Daemon, job: &JobRecord, sid: u64) {
-        let mut inner = d.lock();
+    fn slurm_lost<H: Host>(&self, d: &H, job: &JobRecord, sid: u64) {
+        let mut inner = d.lock_jobs();
         let ending = Ending::failed(
             format!("Slurm no longer knows Slurm job {sid}, and it has no accounting to ask"),
             now_ms(),
         );
         if job.state() == JobState::Running {
-            d.conclude_attempt(inner, job, ending);
+            d.attempt_over(inner, job, ending);
         } else {
-            d.finish(&mut inner, job.id, ending);
+            d.end(&mut inner, job.id, ending);
         }
     }
 
-    /// Cancels a job that Slurm has (queued or running there). Its end arrives through
-    /// tracking, as `cancelled`.
-    /// Called with the daemon's lock held, so `scancel` runs on a thread of its own.
-    fn slurm_cancel(&self, d: &Daemon, job: &JobRecord) {
+    /// Cancels a job that Slurm has (queued or running there); its end arrives through
+    /// tracking, as `cancelled`. Called with the daemon's lock held, so `scancel` runs on a
+    /// thread of its own. Returns whether `scancel` was sent (a job still in `sbatch` is
+    /// cancelled as soon as it has an id).
+    fn slurm_cancel<H: Host>(&self, d: &H, job: &JobRecord) -> bool {
         let Some(sid) = job.slurm_id() else {
-            return; // still in sbatch: cancelled as soon as it has an id
+            return false;
         };
         let slurm = self.slurm.clone();
         let run_as = d.run_as(job).ok().flatten();
         let wake = self.wake.clone();
         let id = job.id;
-        d.tasks.spawn_blocking(move || {
+        d.tasks().spawn_blocking(move || {
             match slurm.cancel(sid, run_as.as_ref()) {
                 Ok(()) => tracing::info!(job = id.0, slurm = sid, "scancel sent"),
                 Err(e) => tracing::warn!(job = id.0, slurm = sid, "scancel failed: {e}"),
             }
             wake.notify_one();
         });
+        true
     }
 }
 
@@ -788,28 +788,5 @@ fn slurm_ending(job: &JobRecord, info: &JobInfo, now: Millis) -> Ending {
         nodes: info.nodes.clone(),
         end: info.end,
     };
-    decide::slurm_ending(facts(job), &end, now)
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::daemon::tag_for;
-
-    #[test]
-    fn tags_are_stable_and_differ_by_home_and_user() {
-        let a = tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1000);
-        assert_eq!(
-            a,
-            tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1000)
-        );
-        assert_ne!(
-            a,
-            tag_for(std::path::Path::new("/home/b/.local/share/baton"), 1000)
-        );
-        assert_ne!(
-            a,
-            tag_for(std::path::Path::new("/home/a/.local/share/baton"), 1001)
-        );
-        assert_eq!(a.len(), 8);
-    }
+    decide::slurm_ending(job.facts(), &end, now)
 }

@@ -96,13 +96,6 @@ impl JobTable {
         job.reason().map(Into::into)
     }
 
-    /// A job as `peer` may see it, with the reason [`reason_of`](Self::reason_of) gives.
-    pub fn view_for(&self, peer: &super::Peer, job: &JobRecord) -> crate::api::JobView {
-        let mut view = super::views::job_view_for(peer, job);
-        view.reason = self.reason_of(job).map(|r| r.into_owned());
-        view
-    }
-
     /// The reasons to show for these jobs where they are not the recorded ones.
     pub fn shown_reasons(&self, jobs: &[JobRecord]) -> HashMap<JobId, String> {
         jobs.iter()

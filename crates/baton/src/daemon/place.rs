@@ -1,0 +1,134 @@
+//! The scheduling pass over this machine's GPUs: what the pure scheduler (`baton_core::plan`)
+//! decides for the queued jobs, committed through the job table (admissions, dependency
+//! failures, starts) before anything acts on it. The local backend launches what it started.
+
+use baton_core::lifecycle::{Ending, Runner, Transition};
+use baton_core::{JobId, Millis};
+
+use super::{Daemon, LEASE_MS, now_ms, scheduling_input};
+use crate::store::JobRecord;
+
+impl Daemon {
+    /// One scheduling pass over this machine's GPUs: decide with the pure core, commit the
+    /// decisions (admissions, dependency failures, starts), and return the jobs started, for
+    /// the local backend to launch, and when a queued job's retry backoff ends, if one waits
+    /// for that.
+    pub(crate) fn place(&self) -> (Vec<JobRecord>, Option<Millis>) {
+        let now = now_ms();
+        let mut launches = Vec::new();
+        let mut cascade = false;
+        let next_wakeup;
+        {
+            let mut inner = self.lock();
+            let (running, pending, states) = match scheduling_input(&inner, &self.gpus) {
+                Ok(input) => input,
+                Err(e) => {
+                    tracing::error!("scheduling pass skipped: {e}");
+                    return (Vec::new(), None);
+                }
+            };
+            self.metrics
+                .set_queue(pending.len() as i64, running.len() as i64);
+            if pending.is_empty() {
+                return (Vec::new(), None);
+            }
+            let plan = baton_core::plan(&self.gpus, &running, &pending, &states, now);
+            next_wakeup = plan.next_wakeup;
+
+            // Atomic workflows first: every task's GPUs reserved in one transaction, or, if
+            // that cannot be recorded, none of its tasks starts in this pass.
+            let mut unrecorded: Vec<JobId> = Vec::new();
+            for admission in &plan.admissions {
+                let lease = now + LEASE_MS;
+                match inner
+                    .jobs
+                    .admit(admission.gang, &admission.reserved, lease, now)
+                {
+                    Ok(_) => {
+                        tracing::info!(workflow = admission.gang, "atomic workflow admitted");
+                    }
+                    Err(e) => {
+                        tracing::error!(
+                            workflow = admission.gang,
+                            "cannot record the admission: {e}"
+                        );
+                        unrecorded.extend(admission.reserved.iter().map(|(id, _)| *id));
+                    }
+                }
+            }
+
+            for (id, reason) in &plan.dependency_failed {
+                self.finish(&mut inner, *id, Ending::failed(reason.clone(), now));
+                cascade = true;
+            }
+            let starts: Vec<(JobId, Vec<u32>)> = plan
+                .starts
+                .iter()
+                .filter(|s| !unrecorded.contains(&s.job))
+                .map(|s| (s.job, s.gpus.clone()))
+                .collect();
+            if !starts.is_empty() {
+                // Whether each could start at once (no dependency, never waited for GPUs): its
+                // submit-to-start latency is what the dispatch path costs.
+                let prompt: Vec<Option<Millis>> = starts
+                    .iter()
+                    .map(|(id, _)| {
+                        inner
+                            .jobs
+                            .get(*id)
+                            .filter(|j| {
+                                j.deps.is_empty() && j.attempt() == 0 && !inner.jobs.has_waited(*id)
+                            })
+                            .map(|j| j.submitted_at)
+                    })
+                    .collect();
+                let changes = starts
+                    .iter()
+                    .map(|(id, gpus)| {
+                        let start = Transition::Start {
+                            gpus: gpus.clone(),
+                            at: now,
+                            on: Runner::Local,
+                        };
+                        (*id, start)
+                    })
+                    .collect();
+                let started = match inner.jobs.apply_all(changes, now, |_| Ok(())) {
+                    Ok(started) => started,
+                    Err(e) => {
+                        // Nothing started; the pass is tried again in a second.
+                        tracing::error!("cannot record job starts; not starting them: {e}");
+                        self.write_failed(&mut inner, &e);
+                        let again = now + 1_000;
+                        return (
+                            Vec::new(),
+                            Some(next_wakeup.map_or(again, |n| n.min(again))),
+                        );
+                    }
+                };
+                self.write_succeeded(&mut inner);
+                self.metrics.set_queue(
+                    (pending.len() - starts.len()) as i64,
+                    (running.len() + starts.len()) as i64,
+                );
+                for ((job, _), submitted_at) in started.into_iter().zip(prompt) {
+                    if let Some(at) = submitted_at {
+                        self.metrics
+                            .observe_schedule_latency((now - at).max(0) as f64 / 1000.0);
+                    }
+                    self.workflow_task_started(&mut inner, &job);
+                    launches.push(job);
+                }
+            }
+            inner.jobs.set_waiting(plan.waiting);
+        }
+        if cascade || !launches.is_empty() {
+            self.notify_changed();
+        }
+        if cascade {
+            // A job failed for its dependency may itself be a dependency.
+            self.wake();
+        }
+        (launches, next_wakeup)
+    }
+}
