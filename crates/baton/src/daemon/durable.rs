@@ -18,7 +18,7 @@ use super::{Daemon, Inner, now_ms};
 use crate::api::HealthView;
 use crate::jobs::TableError;
 use crate::notify::Channel;
-use crate::store::{DeliveryState, JobRecord, Store, StoreError};
+use crate::store::{DeliveryState, JobRecord, StoreError};
 
 /// A change that must be committed before it is acted on.
 pub(super) enum Change {
@@ -155,7 +155,7 @@ impl Daemon {
             } => {
                 let end = Transition::End(ending.clone());
                 let mut done = inner.jobs.apply_all(vec![(*id, end)], ending.at, |tx| {
-                    Store::insert_deliveries(tx, *id, None, channels, ending.at)
+                    crate::store::insert_deliveries(tx, *id, None, channels, ending.at)
                 })?;
                 Ok(Some(done.remove(0).0))
             }

@@ -66,6 +66,27 @@ pub struct Config {
     pub connections: ConnectionLimits,
 }
 
+#[cfg(test)]
+impl Config {
+    /// A user-mode daemon in `home` with the defaults, a 1 s grace and no cgroups.
+    pub fn for_test(home: &std::path::Path) -> Config {
+        Config {
+            home: home.to_path_buf(),
+            system: false,
+            grace_ms: 1_000,
+            recent_ms: 3_600_000,
+            waste: baton_core::waste::WasteConfig::default(),
+            backend: Default::default(),
+            containment: Method::Subreaper {
+                why: "a test".into(),
+            },
+            retries: Default::default(),
+            limits: Default::default(),
+            connections: crate::config::LimitSettings::default().connection_limits(),
+        }
+    }
+}
+
 pub struct Daemon {
     pub config: Config,
     inner: Mutex<Inner>,

@@ -680,20 +680,7 @@ mod tests {
                 children.push(child);
             }
         }
-        let config = super::super::Config {
-            home: home.to_path_buf(),
-            system: false,
-            grace_ms: 1_000,
-            recent_ms: 3_600_000,
-            waste: baton_core::waste::WasteConfig::default(),
-            backend: Default::default(),
-            containment: crate::executor::contain::Method::Subreaper {
-                why: "a test".into(),
-            },
-            retries: Default::default(),
-            limits: Default::default(),
-            connections: crate::config::LimitSettings::default().connection_limits(),
-        };
+        let config = super::super::Config::for_test(home);
         let probe = SimProbe::new(8, 80 << 30, Some(home.join("sim")));
         let daemon = Daemon::new(
             config,

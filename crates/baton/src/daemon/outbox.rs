@@ -533,20 +533,7 @@ mod tests {
     use baton_core::lifecycle::{Ending, Exit, Outcome, Runner, Transition};
 
     fn config(home: &Path) -> super::super::Config {
-        super::super::Config {
-            home: home.to_path_buf(),
-            system: false,
-            grace_ms: 1_000,
-            recent_ms: 3_600_000,
-            waste: baton_core::waste::WasteConfig::default(),
-            backend: Default::default(),
-            containment: crate::executor::contain::Method::Subreaper {
-                why: "a test".into(),
-            },
-            retries: Default::default(),
-            limits: Default::default(),
-            connections: crate::config::LimitSettings::default().connection_limits(),
-        }
+        super::super::Config::for_test(home)
     }
 
     fn daemon(home: &Path) -> Arc<Daemon> {
@@ -590,7 +577,7 @@ mod tests {
         };
         store
             .apply_all(&[(&job, Transition::End(ending))], now_ms(), |tx| {
-                Store::insert_deliveries(tx, job.id, None, &[channel], now_ms())
+                crate::store::insert_deliveries(tx, job.id, None, &[channel], now_ms())
             })
             .unwrap();
         (job.id, inbox)

@@ -279,18 +279,6 @@ impl Store {
         Ok(link)
     }
 
-    /// One pending delivery per channel for a job that ends in the transaction `tx` (see
-    /// `insert_deliveries`).
-    pub(crate) fn insert_deliveries(
-        tx: &rusqlite::Transaction<'_>,
-        job: JobId,
-        workflow: Option<u64>,
-        channels: &[Channel],
-        at: Millis,
-    ) -> Result<(), StoreError> {
-        insert_deliveries(tx, job, workflow, channels, at)
-    }
-
     /// Adds a delivery for a job that has ended (the inbox fallback when its agent session is
     /// gone), unless the job already has one through that channel.
     pub fn add_delivery(
@@ -324,7 +312,7 @@ impl Store {
 
 /// One pending delivery per channel; the session channels after the first stand by, each for
 /// the one before it (the wake chain, `Channel` says why).
-pub(super) fn insert_deliveries(
+pub(crate) fn insert_deliveries(
     tx: &rusqlite::Transaction<'_>,
     job: JobId,
     workflow: Option<u64>,
@@ -437,7 +425,7 @@ mod tests {
             };
             store
                 .apply_all(&[(&job, Transition::End(ending))], 10, |tx| {
-                    Store::insert_deliveries(tx, job.id, None, &channels, 10)
+                    crate::store::insert_deliveries(tx, job.id, None, &channels, 10)
                 })
                 .unwrap();
             let ids: Vec<i64> = store

@@ -949,10 +949,10 @@ impl LifeColumns {
                 },
                 cancel_requested_by: self.cancel_requested_by,
             }),
+            // Every baton records a start time with the start; a row without one still reads
+            // (as started at the epoch) rather than keeping the daemon from opening.
             JobState::Running => Status::Running(Running {
-                since: self
-                    .started_at
-                    .ok_or("a running job without a start time")?,
+                since: self.started_at.unwrap_or_default(),
                 gpus: self.gpus,
                 on: slurm_job.map_or(Runner::Local, Runner::Slurm),
                 cancel_requested_by: self.cancel_requested_by,
@@ -962,7 +962,7 @@ impl LifeColumns {
                 outcome: Outcome::of(terminal).ok_or("an unknown final state")?,
                 exit: self.exit,
                 reason: self.reason,
-                at: self.ended_at.ok_or("an ended job without an end time")?,
+                at: self.ended_at.or(self.started_at).unwrap_or_default(),
                 ran: self.started_at.map(|since| Ran {
                     gpus: self.gpus,
                     since,
@@ -1069,7 +1069,7 @@ mod tests {
         };
         store
             .apply_all(&[(&running, Transition::End(end))], 5_000, |tx| {
-                Store::insert_deliveries(tx, job.id, None, &job.notify, 5_000)
+                crate::store::insert_deliveries(tx, job.id, None, &job.notify, 5_000)
             })
             .unwrap();
         let ended = store.get(job.id).unwrap().unwrap();

@@ -53,6 +53,7 @@ mod monitor;
 mod schema;
 mod workflows;
 
+pub(crate) use deliveries::insert_deliveries;
 pub use deliveries::{Delivery, DeliveryState};
 // No caller names `Event` today (they take it from `events()`), but it stays where it was.
 #[allow(unused_imports)]

@@ -310,21 +310,33 @@ pub fn batch_script(s: &Submission<'_>) -> String {
         "#!/bin/sh\n# baton job {}, attempt {} (written by baton; Slurm runs it)\n",
         s.job, s.attempt
     );
+    gpu_env(&mut out, s.gpus);
+    exec_line(&mut out, s.umask, s.command);
+    out
+}
+
+/// The GPU part of a job's environment (DESIGN §2), which only the cluster knows: Slurm sets
+/// `CUDA_VISIBLE_DEVICES` for the GPUs it gave (none: empty), and baton's `BATON_GPUS` repeats
+/// it. The rest of the environment is `executor::job_env`'s.
+fn gpu_env(out: &mut String, gpus: u32) {
     out.push_str("export CUDA_DEVICE_ORDER=PCI_BUS_ID\n");
-    if s.gpus == 0 {
+    if gpus == 0 {
         out.push_str("export CUDA_VISIBLE_DEVICES=\n");
     }
     out.push_str("export BATON_GPUS=\"${CUDA_VISIBLE_DEVICES-}\"\n");
-    if let Some(mask) = s.umask {
+}
+
+/// The job's own umask, then its command in place of the script, each word quoted.
+fn exec_line(out: &mut String, umask: Option<u32>, command: &[String]) {
+    if let Some(mask) = umask {
         out.push_str(&format!("umask {:03o}\n", mask & 0o777));
     }
     out.push_str("exec");
-    for word in s.command {
+    for word in command {
         out.push(' ');
         out.push_str(&quote(word));
     }
     out.push('\n');
-    out
 }
 
 /// One word for sh: single-quoted, with `'` written as `'\''`.
@@ -481,25 +493,13 @@ fn het_task_script(t: &HetTask<'_>) -> String {
             out.push_str(&format!("export {k}={}\n", quote(v)));
         }
     }
-    out.push_str("export CUDA_DEVICE_ORDER=PCI_BUS_ID\n");
-    if t.gpus == 0 {
-        out.push_str("export CUDA_VISIBLE_DEVICES=\n");
-    }
-    out.push_str("export BATON_GPUS=\"${CUDA_VISIBLE_DEVICES-}\"\n");
+    gpu_env(&mut out, t.gpus);
     let dir = quote(&t.dir.display().to_string());
     out.push_str(&format!(
         "printf '%s\\n%s\\n' \"${{CUDA_VISIBLE_DEVICES-}}\" \"$(hostname)\" > {dir}/{HET_GPUS}\n"
     ));
     out.push_str(&format!("cd {} || exit 1\n", quote(t.cwd)));
-    if let Some(mask) = t.umask {
-        out.push_str(&format!("umask {:03o}\n", mask & 0o777));
-    }
-    out.push_str("exec");
-    for word in t.command {
-        out.push(' ');
-        out.push_str(&quote(word));
-    }
-    out.push('\n');
+    exec_line(&mut out, t.umask, t.command);
     out
 }
 
