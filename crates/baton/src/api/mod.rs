@@ -315,6 +315,80 @@ pub struct ReportResponse {
     pub deliveries: Vec<DeliveryView>,
 }
 
+/// How one channel's delivery of a report stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryState {
+    /// Not delivered yet; tried again at `next_at`.
+    Pending,
+    /// A later link of the job's wake chain: tried only if the one before it does not reach
+    /// the session.
+    Standby,
+    /// Reached the agent as input (or the file, command or URL took it).
+    Delivered,
+    /// An earlier link of the chain woke the session, so this one was not used.
+    Unneeded,
+    /// Only a note was shown (a tmux pane that runs no agent).
+    Noted,
+    /// Claude Code would keep it for a person to approve.
+    Held,
+    /// Claude Code would turn it away.
+    Refused,
+    /// The target is gone (the agent session ended); other channels carry the report.
+    Skipped,
+    /// Given up after repeated failures.
+    Failed,
+}
+
+impl DeliveryState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Standby => "standby",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Unneeded => "unneeded",
+            DeliveryState::Noted => "noted",
+            DeliveryState::Held => "held",
+            DeliveryState::Refused => "refused",
+            DeliveryState::Skipped => "skipped",
+            DeliveryState::Failed => "failed",
+        }
+    }
+
+    /// The state a stored name says (an unknown one is `pending`: tried again).
+    pub fn parse(text: &str) -> DeliveryState {
+        match text {
+            "standby" => DeliveryState::Standby,
+            "delivered" => DeliveryState::Delivered,
+            "unneeded" => DeliveryState::Unneeded,
+            "noted" => DeliveryState::Noted,
+            "held" => DeliveryState::Held,
+            "refused" => DeliveryState::Refused,
+            "skipped" => DeliveryState::Skipped,
+            "failed" => DeliveryState::Failed,
+            _ => DeliveryState::Pending,
+        }
+    }
+
+    /// Settled without reaching the agent: the next link of the chain takes over.
+    pub fn passes_on(self) -> bool {
+        matches!(
+            self,
+            DeliveryState::Noted
+                | DeliveryState::Held
+                | DeliveryState::Refused
+                | DeliveryState::Skipped
+                | DeliveryState::Failed
+        )
+    }
+}
+
+impl std::fmt::Display for DeliveryState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One channel's delivery of a job's report.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeliveryView {
@@ -326,7 +400,7 @@ pub struct DeliveryView {
     /// note in a pane that runs no agent); `held` / `refused` (Claude Code would keep it for a
     /// person / turn it away); `skipped` (the target is gone); `failed` (gave up after
     /// retries).
-    pub state: String,
+    pub state: DeliveryState,
     pub attempts: u32,
     pub delivered_at: Option<String>,
     pub error: Option<String>,

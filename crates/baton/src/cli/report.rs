@@ -28,7 +28,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             .deliveries
             .iter()
             .map(|d| match &d.error {
-                Some(e) if d.state != "delivered" => {
+                Some(e) if d.state != crate::api::DeliveryState::Delivered => {
                     format!("{} {} ({})", d.channel, d.state, present::terminal_safe(e))
                 }
                 _ => format!("{} {}", d.channel, d.state),

@@ -28,70 +28,7 @@ pub struct Delivery {
     pub after: Option<i64>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeliveryState {
-    /// Not delivered yet; tried again at `next_at`.
-    Pending,
-    /// A later link of the job's wake chain: tried only if the one before it does not reach
-    /// the session.
-    Standby,
-    /// Reached the agent as input (or the file, command or URL took it).
-    Delivered,
-    /// An earlier link of the chain woke the session, so this one was not used.
-    Unneeded,
-    /// Only a note was shown (a tmux pane that runs no agent).
-    Noted,
-    /// Claude Code would keep it for a person to approve.
-    Held,
-    /// Claude Code would turn it away.
-    Refused,
-    /// The target is gone (the agent session ended); other channels carry the report.
-    Skipped,
-    /// Given up after repeated failures.
-    Failed,
-}
-
-impl DeliveryState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryState::Pending => "pending",
-            DeliveryState::Standby => "standby",
-            DeliveryState::Delivered => "delivered",
-            DeliveryState::Unneeded => "unneeded",
-            DeliveryState::Noted => "noted",
-            DeliveryState::Held => "held",
-            DeliveryState::Refused => "refused",
-            DeliveryState::Skipped => "skipped",
-            DeliveryState::Failed => "failed",
-        }
-    }
-
-    fn parse(text: &str) -> DeliveryState {
-        match text {
-            "standby" => DeliveryState::Standby,
-            "delivered" => DeliveryState::Delivered,
-            "unneeded" => DeliveryState::Unneeded,
-            "noted" => DeliveryState::Noted,
-            "held" => DeliveryState::Held,
-            "refused" => DeliveryState::Refused,
-            "skipped" => DeliveryState::Skipped,
-            "failed" => DeliveryState::Failed,
-            _ => DeliveryState::Pending,
-        }
-    }
-
-    /// Settled without reaching the agent: the next link of the chain takes over.
-    pub fn passes_on(self) -> bool {
-        matches!(
-            self,
-            DeliveryState::Noted
-                | DeliveryState::Held
-                | DeliveryState::Refused
-                | DeliveryState::Skipped
-                | DeliveryState::Failed
-        )
-    }
-}
+pub use crate::api::DeliveryState;
 
 columns!(
     /// The columns of `deliveries` a `Delivery` is read from.

@@ -37,7 +37,7 @@ pub async fn handle(
         .into_iter()
         .map(|d| DeliveryView {
             channel: d.channel.public_spec(),
-            state: d.state.as_str().to_string(),
+            state: d.state,
             attempts: d.attempts,
             delivered_at: d.delivered_at.map(rfc3339),
             error: d.error,
