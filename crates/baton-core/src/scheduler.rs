@@ -20,7 +20,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{DepKind, Gpu, GpuRequest, JobId, JobState, Millis, PendingJob, RunningJob};
+use crate::model::{Gpu, GpuRequest, JobId, JobState, Millis, PendingJob, RunningJob};
 use crate::placement::{Free, Occupancy};
 use crate::units::format_duration;
 
@@ -470,18 +470,12 @@ enum Deps {
 fn dependencies(job: &PendingJob, states: &HashMap<JobId, JobState>) -> Deps {
     let mut waiting = None;
     for dep in &job.deps {
-        match (states.get(&dep.job), dep.kind) {
-            (None, _) => {
-                return Deps::Failed(format!("dependency failed: job {} does not exist", dep.job));
-            }
-            (Some(JobState::Succeeded), _) => {}
-            (Some(s), DepKind::Any) if s.is_terminal() => {}
-            (Some(s), DepKind::Success) if s.is_terminal() => {
-                return Deps::Failed(format!("dependency failed: job {} ended {s}", dep.job));
-            }
-            (Some(_), _) => {
-                waiting.get_or_insert(dep.job);
-            }
+        let state = states.get(&dep.job).copied();
+        if let Some(why) = crate::lifecycle::decide::dependency_failure(dep, state) {
+            return Deps::Failed(why);
+        }
+        if state.is_some_and(|s| !s.is_terminal()) {
+            waiting.get_or_insert(dep.job);
         }
     }
     match waiting {
@@ -651,7 +645,7 @@ fn fits_beside_reservation(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Dependency;
+    use crate::model::{DepKind, Dependency};
 
     const GIB: u64 = 1 << 30;
     const MIN: Millis = 60_000;

@@ -4,7 +4,7 @@
 //! tests drive them with no daemon.
 
 use super::{Ending, Exit, Outcome, Transition};
-use crate::model::{JobState, Millis};
+use crate::model::{DepKind, Dependency, JobState, Millis};
 use crate::units::format_duration;
 
 /// What the supervisor recorded when an attempt's last process was gone.
@@ -161,6 +161,20 @@ pub fn after_attempt(job: JobFacts<'_>, ending: Ending, delay: Millis, now: Mill
         exit: ending.exit,
         reason,
         not_before: now.saturating_add(delay),
+    }
+}
+
+/// Why a job can never run because of one of its dependencies, if it cannot: the dependency
+/// does not exist (`None`), or ended other than `--after` asks (`--after-any` takes any end).
+/// A dependency still queued or running is no failure: the job waits.
+pub fn dependency_failure(dep: &Dependency, state: Option<JobState>) -> Option<String> {
+    match (state, dep.kind) {
+        (None, _) => Some(format!("dependency failed: job {} does not exist", dep.job)),
+        (Some(JobState::Succeeded), _) => None,
+        (Some(s), DepKind::Success) if s.is_terminal() => {
+            Some(format!("dependency failed: job {} ended {s}", dep.job))
+        }
+        (Some(_), _) => None,
     }
 }
 

@@ -336,3 +336,30 @@ fn workflows_end_as_their_tasks_did() {
         assert_eq!(WorkflowState::parse(s.as_str()), Some(s));
     }
 }
+
+#[test]
+fn a_dependency_fails_a_job_only_when_it_can_never_be_met() {
+    use crate::model::{DepKind, Dependency, JobId};
+    let after = |kind| Dependency {
+        job: JobId(3),
+        kind,
+    };
+    let ok = after(DepKind::Success);
+    let any = after(DepKind::Any);
+    assert_eq!(
+        dependency_failure(&ok, None).as_deref(),
+        Some("dependency failed: job 3 does not exist")
+    );
+    assert_eq!(
+        dependency_failure(&ok, Some(JobState::Failed)).as_deref(),
+        Some("dependency failed: job 3 ended failed")
+    );
+    assert_eq!(dependency_failure(&any, Some(JobState::Failed)), None);
+    assert_eq!(dependency_failure(&ok, Some(JobState::Succeeded)), None);
+    assert_eq!(
+        dependency_failure(&ok, Some(JobState::Running)),
+        None,
+        "it waits"
+    );
+    assert!(dependency_failure(&any, None).is_some());
+}

@@ -169,24 +169,14 @@ impl SlurmBackend {
                             Some(sid) => deps.push(format!("{kind}:{sid}")),
                             None => continue 'jobs, // submitted after it
                         },
-                        None => match ended.get(&d.job).map(|(s, _)| *s) {
-                            Some(JobState::Succeeded) => {}
-                            Some(_) if d.kind == DepKind::Any => {}
-                            Some(state) => {
-                                failed.push((
-                                    job.id,
-                                    format!("dependency failed: job {} {state}", d.job),
-                                ));
+                        // Ended (or never was): it either allows this job or fails it.
+                        None => {
+                            let state = ended.get(&d.job).map(|(s, _)| *s);
+                            if let Some(why) = decide::dependency_failure(d, state) {
+                                failed.push((job.id, why));
                                 continue 'jobs;
                             }
-                            None => {
-                                failed.push((
-                                    job.id,
-                                    format!("dependency failed: job {} does not exist", d.job),
-                                ));
-                                continue 'jobs;
-                            }
-                        },
+                        }
                     }
                 }
                 match inner.apply(job.id, Transition::SlurmSubmitting { at: now }, now) {
