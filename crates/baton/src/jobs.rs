@@ -367,3 +367,93 @@ impl TableError {
         matches!(self, TableError::Store(e) if e.is_full())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use baton_core::lifecycle::{Ending, Runner};
+
+    use super::*;
+
+    fn table(dir: &std::path::Path) -> JobTable {
+        JobTable::load(Store::open(&dir.join("baton.db")).unwrap()).unwrap()
+    }
+
+    /// After every change, what the table holds in memory is what the store reads back, and an
+    /// ended job leaves memory (the store keeps it).
+    #[test]
+    fn memory_and_the_store_agree_after_every_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut jobs = table(dir.path());
+        let id = jobs.submit(&NewJob::plain(&["true"], 1), None).unwrap().id;
+        let agree = |jobs: &JobTable| {
+            let stored = jobs.store().get(id).unwrap().unwrap();
+            assert_eq!(jobs.get(id), Some(&stored));
+        };
+        agree(&jobs);
+        let start = Transition::Start {
+            gpus: vec![0],
+            at: 10,
+            on: Runner::Local,
+        };
+        let (running, effects) = jobs.apply(id, start, 10).unwrap();
+        assert_eq!(
+            (running.state(), effects.hold),
+            (JobState::Running, vec![0])
+        );
+        agree(&jobs);
+        let cancel = Transition::RequestCancel {
+            by: "alice".into(),
+            reason: "cancelling (asked by alice)".into(),
+        };
+        jobs.apply(id, cancel, 11).unwrap();
+        agree(&jobs);
+        jobs.apply(
+            id,
+            Transition::End(Ending::cancelled("cancelled by alice", 12)),
+            12,
+        )
+        .unwrap();
+        assert!(!jobs.is_active(id));
+        let ended = jobs.lookup(id).unwrap().unwrap();
+        assert_eq!(
+            (ended.state(), ended.cancel_requested_by()),
+            (JobState::Cancelled, Some("alice"))
+        );
+        // An ended job is not the table's to change.
+        let again = jobs.apply(id, Transition::End(Ending::failed("x", 13)), 13);
+        assert!(matches!(again, Err(TableError::NotActive(_))));
+        // A restart loads what is active.
+        drop(jobs);
+        assert_eq!(table(dir.path()).active().count(), 0);
+    }
+
+    /// Why a queued job waits in the latest pass is shown over its recorded reason, and goes
+    /// with its next transition; it is never stored.
+    #[test]
+    fn derived_reasons_are_shown_not_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut jobs = table(dir.path());
+        let job = jobs.submit(&NewJob::plain(&["true"], 1), None).unwrap();
+        jobs.set_waiting(vec![(job.id, WaitReason::Dependency { on: JobId(99) })]);
+        let shown = jobs
+            .reason_of(jobs.get(job.id).unwrap())
+            .map(|r| r.into_owned());
+        assert!(shown.is_some_and(|r| r.contains("99")));
+        assert_eq!(jobs.store().get(job.id).unwrap().unwrap().reason(), None);
+        jobs.show(
+            job.id,
+            "it has ended, but its end is not recorded yet".into(),
+        );
+        assert_eq!(
+            jobs.reason_of(jobs.get(job.id).unwrap()).as_deref(),
+            Some("it has ended, but its end is not recorded yet")
+        );
+        let start = Transition::Start {
+            gpus: vec![0],
+            at: 5,
+            on: Runner::Local,
+        };
+        jobs.apply(job.id, start, 5).unwrap();
+        assert_eq!(jobs.reason_of(jobs.get(job.id).unwrap()), None);
+    }
+}
