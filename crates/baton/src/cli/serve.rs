@@ -155,7 +155,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let bound = tcp.local_addr().unwrap_or(addr);
             tracing::info!("serving Prometheus metrics on http://{bound}/metrics");
             let metrics = daemon.metrics.clone();
-            tokio::spawn(async move {
+            // Tracked with the daemon's own tasks, so that its stop ends this one too.
+            daemon.tasks.spawn(crate::tasks::Until::Stop, async move {
                 let stopped = async {
                     let _ = metrics_stopped.await;
                 };
