@@ -158,9 +158,14 @@ impl JobTable {
             let job = self.active.get(&id).ok_or(TableError::NotActive(id))?;
             current.push((job, t));
         }
+        let moves: Vec<bool> = current.iter().map(|(_, t)| moves_state(t)).collect();
         let done = self.store.apply_all(&current, at, also)?;
-        for (job, _) in &done {
-            self.shown.remove(&job.id);
+        for ((job, _), moved) in done.iter().zip(moves) {
+            // A word shown over the reason lasts until the job moves on (not a lease renewal
+            // or a look at Slurm).
+            if moved {
+                self.shown.remove(&job.id);
+            }
             if job.state().is_terminal() {
                 self.active.remove(&job.id);
                 self.waiting.remove(&job.id);
@@ -336,6 +341,17 @@ impl JobTable {
     }
 }
 
+/// Whether a transition moves a job to another state (or another attempt).
+fn moves_state(transition: &Transition) -> bool {
+    matches!(
+        transition,
+        Transition::Start { .. }
+            | Transition::Withdraw { .. }
+            | Transition::Retry { .. }
+            | Transition::End(_)
+    )
+}
+
 /// Why the table did not make a change.
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
@@ -455,5 +471,30 @@ mod tests {
         };
         jobs.apply(job.id, start, 5).unwrap();
         assert_eq!(jobs.reason_of(jobs.get(job.id).unwrap()), None);
+    }
+
+    /// A word shown over a job's reason outlives the changes that do not move the job on (a
+    /// lease renewal), and goes with the one that does.
+    #[test]
+    fn a_shown_word_lasts_until_the_job_moves_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut jobs = table(dir.path());
+        let id = jobs.submit(&NewJob::plain(&["true"], 1), None).unwrap().id;
+        let reserve = Transition::Reserve(baton_core::lifecycle::Reservation {
+            gpus: vec![0],
+            lease_until: 100,
+        });
+        jobs.apply(id, reserve, 1).unwrap();
+        jobs.show(id, "its end is not recorded yet".into());
+        jobs.renew_leases(200, 2).unwrap();
+        assert_eq!(jobs.get(id).unwrap().lease_until(), Some(200));
+        let shown = |jobs: &JobTable| {
+            jobs.reason_of(jobs.get(id).unwrap())
+                .map(|r| r.into_owned())
+        };
+        assert_eq!(shown(&jobs).as_deref(), Some("its end is not recorded yet"));
+        jobs.apply(id, Transition::End(Ending::cancelled("cancelled", 3)), 3)
+            .unwrap();
+        assert!(!jobs.is_active(id));
     }
 }

@@ -373,9 +373,11 @@ impl Daemon {
         }
         // Backs off, so a job that fails at once never re-runs in a tight loop.
         let delay = self.config.retries.delay_after(job.attempt());
+        // The retry's event is dated when the attempt ended, as its end would have been.
+        let at = ending.at;
         match decide::after_attempt(job.facts(), ending, delay, now) {
             Transition::End(ending) => self.finish(&mut inner, id, ending),
-            retry => self.record_change(&mut inner, durable::Change::Retry { id, retry, at: now }),
+            retry => self.record_change(&mut inner, durable::Change::Retry { id, retry, at }),
         }
     }
 

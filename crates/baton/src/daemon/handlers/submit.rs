@@ -40,6 +40,7 @@ pub async fn handle(
                     .ok_or_else(|| ApiError::Internal(format!("job {id} vanished")))?,
             };
             let mut view = job_view(&record);
+            view.reason = inner.jobs.reason_of(&record).map(|r| r.into_owned());
             if record.state() == baton_core::JobState::Queued && daemon.places_here() {
                 let (position, start) = queue_outlook(&daemon, &inner, &record);
                 view.queue_position = Some(position);

@@ -70,8 +70,17 @@ impl<H: Host> Backend<H> for SlurmBackend {
     ) -> Result<bool, TableError> {
         // A job Slurm has (or is being given) is cancelled there; its end comes back through
         // tracking. One not given to Slurm yet simply ends.
-        if job.slurm_id().is_none() && job.slurm_submitting_at().is_none() {
+        let unsubmitted = job.slurm_id().is_none() && job.slurm_submitting_at().is_none();
+        if unsubmitted && job.state() == JobState::Queued {
             return cancel_unstarted(host, jobs, job, &request);
+        }
+        if unsubmitted {
+            // Running, but not in Slurm: a job of this machine's supervisors from before the
+            // daemon ran under Slurm. Its cancel is recorded; nothing here can reach it.
+            if job.cancel_requested_by().is_none() {
+                jobs.apply(job.id, request, now_ms())?;
+            }
+            return Ok(false);
         }
         let job = match job.cancel_requested_by() {
             None => jobs.apply(job.id, request, now_ms())?.0,
@@ -701,6 +710,11 @@ impl SlurmBackend {
             reason: None,
             nodes: None,
         };
+        // Its start could not be recorded yet (the store refused it): the next look starts it,
+        // then ends it.
+        if inner.get(id).is_none_or(|j| j.state() != JobState::Running) {
+            return;
+        }
         let job = match inner.apply(id, seen, now_ms()) {
             Ok((job, _)) => job,
             Err(e) => {
