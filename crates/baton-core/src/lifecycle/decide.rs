@@ -143,9 +143,13 @@ pub fn slurm_ending(job: JobFacts<'_>, info: &SlurmEnd, now: Millis) -> Ending {
 
 /// What becomes of a job whose running attempt ended with `ending`: a failed attempt with
 /// retries left goes back to the queue until `delay` after `now` (the caller's backoff for this
-/// many failures), anything else is the job's end.
+/// many failures), anything else is the job's end. A job someone asked to cancel is never
+/// retried, even when it failed on its own before the cancel reached it.
 pub fn after_attempt(job: JobFacts<'_>, ending: Ending, delay: Millis, now: Millis) -> Transition {
-    if ending.outcome != Outcome::Failed || job.attempt > job.retries {
+    if ending.outcome != Outcome::Failed
+        || job.attempt > job.retries
+        || job.cancel_requested_by.is_some()
+    {
         return Transition::End(ending);
     }
     let left = job.retries + 1 - job.attempt;

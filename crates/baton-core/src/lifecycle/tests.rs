@@ -98,6 +98,19 @@ fn a_retry_keeps_how_the_attempt_ended_and_frees_the_gpus() {
 }
 
 #[test]
+fn a_job_asked_to_cancel_is_not_retried_even_if_it_failed_first() {
+    let asked = JobFacts {
+        cancel_requested_by: Some("alice"),
+        ..facts(1, 3)
+    };
+    let ending = Ending::failed("exit code 1", 5);
+    assert!(matches!(
+        after_attempt(asked, ending, 1_000, 5),
+        Transition::End(_)
+    ));
+}
+
+#[test]
 fn the_last_retry_is_the_end() {
     let ending = Ending::failed("exit code 1", 5);
     assert!(matches!(
