@@ -140,3 +140,63 @@ fn an_environment_that_is_not_all_text_still_submits() {
     b.wait_ok(&[id]);
     assert_eq!(b.run(&["logs", &id.to_string()]).expect(0).stdout, "kept\n");
 }
+
+/// What a new user reads cannot be misread: an empty `status --all` does not suggest `--all`,
+/// `stats` over everything does not start in 1970, and `logs` of a job still queued says it has
+/// not started instead of printing nothing.
+#[test]
+fn empty_and_not_yet_outputs_say_what_they_mean() {
+    let b = Baton::start(1);
+    let all = b.run(&["status", "--all"]).expect(0);
+    assert!(
+        all.stdout.starts_with("no jobs") && !all.stdout.contains("--all"),
+        "{}",
+        all.stdout
+    );
+    let recent = b.run(&["status"]).expect(0);
+    assert!(recent.stdout.contains("--all"), "{}", recent.stdout);
+    let stats = b.run(&["stats"]).expect(0);
+    assert!(
+        stats.stdout.starts_with("period: everything kept, until ")
+            && !stats.stdout.contains("1970"),
+        "{}",
+        stats.stdout
+    );
+    let running = b.submit(&["--gpus", "1", "--", "sleep", "30"]);
+    let queued = b.submit(&["--gpus", "1", "--", "true"]);
+    b.wait_running(running);
+    // What a job asked for and the GPUs it has are separate columns; TIME says what it measures.
+    let table = b.run(&["status"]).expect(0).stdout;
+    let row = |id: u64| {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
+            .unwrap_or_else(|| panic!("no row for job {id}:\n{table}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header[3..5], ["GPUS", "ON"], "{table}");
+    assert_eq!(
+        (row(running)[3], row(running)[4], row(running)[7]),
+        ("1", "0", "running"),
+        "{table}"
+    );
+    assert_eq!(
+        (row(queued)[3], row(queued)[4], row(queued)[7]),
+        ("1", "-", "waited"),
+        "{table}"
+    );
+    let logs = b.run(&["logs", &queued.to_string()]).expect(0);
+    assert!(
+        logs.stderr
+            .contains(&format!("job {queued} has not started yet"))
+            && logs
+                .stderr
+                .contains(&format!("baton logs {queued} --follow")),
+        "{}",
+        logs.stderr
+    );
+    b.run(&["cancel", &running.to_string(), &queued.to_string()])
+        .expect(0);
+}

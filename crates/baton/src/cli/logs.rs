@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use super::print_json;
 use crate::api::LogsQuery;
 use crate::edge::connect::client;
+use crate::edge::present;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -35,7 +36,29 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         tail: args.tail,
         follow: args.follow,
     };
-    let mut body = client().logs(args.id, &query)?;
+    let client = client();
+    let mut body = client.logs(args.id, &query)?;
+    // A queued job has no output yet: say so rather than print nothing.
+    if !json
+        && let Some(job) = client.list(&[args.id], false)?.first()
+        && job.state == baton_core::JobState::Queued
+    {
+        let reason = job
+            .reason
+            .as_deref()
+            .map(|r| format!(" ({})", present::terminal_safe(r)))
+            .unwrap_or_default();
+        let then = if args.follow {
+            "its output follows once it starts"
+        } else {
+            "`baton logs ID --follow` waits for its output"
+        };
+        eprintln!(
+            "baton: job {} has not started yet{reason}; {}",
+            args.id,
+            then.replace("ID", &args.id.to_string())
+        );
+    }
     if json {
         let mut bytes = Vec::new();
         body.read_to_end(&mut bytes)?;

@@ -22,7 +22,11 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let pct = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1} %"));
-    println!("period: {} to {}", s.since, s.until);
+    match args.since {
+        Some(_) => println!("period: {} to {}", s.since, s.until),
+        // No start was asked for: everything the daemon keeps, not "since 1970".
+        None => println!("period: everything kept, until {}", s.until),
+    }
     println!("cluster GPU utilisation: {}", pct(s.cluster_util_pct));
     for g in &s.gpus {
         println!(

@@ -32,9 +32,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     if json {
         print_json(&jobs);
     } else if jobs.is_empty() {
-        println!(
-            "no jobs (queued, running, or ended in the last hour); `baton status --all` shows older ones"
-        );
+        println!("{}", present::no_jobs(args.all, args.mine));
     } else {
         print!("{}", present::job_table(&jobs));
     }

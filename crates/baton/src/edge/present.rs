@@ -41,6 +41,38 @@ pub fn elapsed(job: &JobView) -> String {
     ms.map(format_duration).unwrap_or_default()
 }
 
+/// The TIME column: how long it has waited, has run, or ran, said in so many words.
+pub fn time_column(job: &JobView) -> String {
+    let took = elapsed(job);
+    let what = match (job.state, &job.started_at) {
+        (JobState::Running, _) => "running",
+        (_, Some(_)) if job.state.is_terminal() => "ran",
+        _ => "waited",
+    };
+    format!("{what} {took}")
+}
+
+/// What the job asked for: `2`, `1x8GiB`, or `-` for none.
+pub fn requested_column(job: &JobView) -> String {
+    match (job.gpus_requested, job.gpu_mem) {
+        (0, _) => "-".into(),
+        (n, Some(mem)) => format!("{n}x{}", format_size(mem)),
+        (n, None) => format!("{n}"),
+    }
+}
+
+/// The GPUs it runs (or last ran) on, by index: `0,1`, or `-`.
+pub fn assigned_column(job: &JobView) -> String {
+    if job.gpus.is_empty() {
+        return "-".into();
+    }
+    job.gpus
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 pub fn gpus_column(job: &JobView) -> String {
     if !job.gpus.is_empty() {
         let list = job
@@ -54,29 +86,28 @@ pub fn gpus_column(job: &JobView) -> String {
             None => list,
         };
     }
-    match (job.gpus_requested, job.gpu_mem) {
-        (0, _) => "-".into(),
-        (n, Some(mem)) => format!("{n}x{}", format_size(mem)),
-        (n, None) => format!("{n}"),
-    }
+    requested_column(job)
 }
 
 /// A table with one row per job.
 pub fn job_table(jobs: &[JobView]) -> String {
+    // What a job asked for and which GPUs it has are two columns: a queued `4` is four GPUs, a
+    // running `2` is GPU number 2.
     let header = [
-        "ID", "NAME", "STATE", "GPUS", "PRIO", "OWNER", "TIME", "REASON",
+        "ID", "NAME", "STATE", "GPUS", "ON", "PRIO", "OWNER", "TIME", "REASON",
     ];
-    let rows: Vec<[String; 8]> = jobs
+    let rows: Vec<[String; 9]> = jobs
         .iter()
         .map(|j| {
             [
                 j.id.to_string(),
                 clip(&j.name, 24),
                 j.state.to_string(),
-                gpus_column(j),
+                requested_column(j),
+                assigned_column(j),
                 j.priority.to_string(),
                 j.owner.clone(),
-                elapsed(j),
+                time_column(j),
                 reason_column(j),
             ]
         })
@@ -210,6 +241,22 @@ pub fn describe(err: &(dyn std::error::Error + 'static)) -> String {
         cause = e.source();
     }
     text
+}
+
+/// What `status` says when it lists nothing: suggesting `--all` only where it would show more.
+pub fn no_jobs(all: bool, mine: bool) -> &'static str {
+    match (all, mine) {
+        (true, false) => "no jobs: none has been submitted, or none is remembered any more",
+        (true, true) => "no jobs from this session",
+        (false, true) => {
+            "no jobs from this session (queued, running, or ended in the last hour); `baton \
+             status --mine --all` shows older ones"
+        }
+        (false, false) => {
+            "no jobs (queued, running, or ended in the last hour); `baton status --all` shows \
+             older ones"
+        }
+    }
 }
 
 /// Whether a job has ended, whichever way.
