@@ -154,27 +154,35 @@ impl JobTable {
         also: impl FnOnce(&Transaction<'_>) -> Result<(), StoreError>,
     ) -> Result<Vec<(JobRecord, Effects)>, TableError> {
         let mut current = Vec::with_capacity(changes.len());
+        let mut moves = Vec::with_capacity(changes.len());
         for (id, t) in changes {
             let job = self.active.get(&id).ok_or(TableError::NotActive(id))?;
+            moves.push((id, moves_state(&t)));
             current.push((job, t));
         }
-        let moves: Vec<bool> = current.iter().map(|(_, t)| moves_state(t)).collect();
-        let done = self.store.apply_all(&current, at, also)?;
-        for ((job, _), moved) in done.iter().zip(moves) {
+        let committed = self.store.commit_all(&current, at, also)?;
+        drop(current);
+        let mut done = Vec::with_capacity(committed.len());
+        for ((id, moved), (life, effects)) in moves.into_iter().zip(committed) {
             // A word shown over the reason lasts until the job moves on (not a lease renewal
             // or a look at Slurm).
             if moved {
-                self.shown.remove(&job.id);
+                self.shown.remove(&id);
             }
-            if job.state().is_terminal() {
-                self.active.remove(&job.id);
-                self.waiting.remove(&job.id);
-            } else {
-                if job.state() != JobState::Queued {
-                    self.waiting.remove(&job.id);
-                }
-                self.active.insert(job.id, job.clone());
+            let Some(job) = self.active.get_mut(&id) else {
+                continue; // looked up above; the same job twice in one batch is a caller's bug
+            };
+            job.take(life);
+            let state = job.state();
+            if state != JobState::Queued {
+                self.waiting.remove(&id);
             }
+            // An ended job leaves memory: the caller gets the record itself, no copy.
+            let job = match state.is_terminal() {
+                true => self.active.remove(&id),
+                false => self.active.get(&id).cloned(),
+            };
+            done.extend(job.map(|job| (job, effects)));
         }
         Ok(done)
     }

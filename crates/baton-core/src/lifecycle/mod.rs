@@ -76,6 +76,19 @@ impl Ending {
         }
     }
 
+    /// A success: exit code 0.
+    pub fn succeeded(at: Millis) -> Ending {
+        Ending {
+            outcome: Outcome::Succeeded,
+            exit: Exit {
+                code: Some(0),
+                signal: None,
+            },
+            reason: None,
+            at,
+        }
+    }
+
     /// A cancel of a job that was not running (or whose process is gone).
     pub fn cancelled(reason: impl Into<String>, at: Millis) -> Ending {
         Ending {

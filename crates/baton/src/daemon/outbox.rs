@@ -530,7 +530,7 @@ mod tests {
     use super::*;
     use crate::gpu::SimProbe;
     use crate::store::{NewJob, Store};
-    use baton_core::lifecycle::{Ending, Exit, Outcome, Runner, Transition};
+    use baton_core::lifecycle::{Ending, Runner, Transition};
 
     fn config(home: &Path) -> super::super::Config {
         super::super::Config::for_test(home)
@@ -563,15 +563,7 @@ mod tests {
         };
         let (job, _) = store.apply(&job, &start, now_ms()).unwrap();
         let inbox = home.join("inbox.md");
-        let ending = Ending {
-            outcome: Outcome::Succeeded,
-            exit: Exit {
-                code: Some(0),
-                signal: None,
-            },
-            reason: None,
-            at: now_ms(),
-        };
+        let ending = Ending::succeeded(now_ms());
         let channel = Channel::File {
             path: inbox.display().to_string(),
         };

@@ -316,7 +316,7 @@ fn advance_chain(
 
 #[cfg(test)]
 mod tests {
-    use baton_core::lifecycle::{Ending, Exit, Outcome, Transition};
+    use baton_core::lifecycle::{Ending, Transition};
 
     use super::*;
     use crate::store::tests::new_job;
@@ -351,15 +351,7 @@ mod tests {
         let channels = [claude, tmux, file];
         let end = |store: &mut Store| {
             let job = store.insert(&new_job(&["true"])).unwrap();
-            let ending = Ending {
-                outcome: Outcome::Succeeded,
-                exit: Exit {
-                    code: Some(0),
-                    signal: None,
-                },
-                reason: None,
-                at: 10,
-            };
+            let ending = Ending::succeeded(10);
             store
                 .apply_all(&[(&job, Transition::End(ending))], 10, |tx| {
                     crate::store::insert_deliveries(tx, job.id, None, &channels, 10)

@@ -179,7 +179,16 @@ impl std::fmt::Debug for NewJob {
     }
 }
 
+/// A job's new life, as committed by [`Store::commit_all`]: only the store makes one, so a
+/// record's life is always one the database holds.
+pub struct Committed(Life);
+
 impl JobRecord {
+    /// Takes the life the store committed for this job.
+    pub fn take(&mut self, committed: Committed) {
+        self.life = committed.0;
+    }
+
     /// What an attempt's end depends on, for `lifecycle::decide`.
     pub fn facts(&self) -> baton_core::lifecycle::decide::JobFacts<'_> {
         baton_core::lifecycle::decide::JobFacts {
@@ -542,17 +551,37 @@ impl Store {
         Ok(done.remove(0))
     }
 
-    /// Applies each transition to its job, in one transaction with `also` (the rows of other
-    /// tables that go with them): each job's new status comes from `Life::apply`, every state
-    /// column is written from it, and the transition's event is logged at `at`. Returns the
-    /// jobs as they now are, and what each change means for the shell; on any error nothing
-    /// is written.
+    /// [`commit_all`](Self::commit_all), returning the jobs as they now are.
+    #[cfg(test)]
     pub fn apply_all(
         &mut self,
         changes: &[(&JobRecord, Transition)],
         at: Millis,
         also: impl FnOnce(&Transaction<'_>) -> Result<(), StoreError>,
     ) -> Result<Vec<(JobRecord, Effects)>, StoreError> {
+        let committed = self.commit_all(changes, at, also)?;
+        Ok(changes
+            .iter()
+            .zip(committed)
+            .map(|((job, _), (life, effects))| {
+                let mut job = (*job).clone();
+                job.take(life);
+                (job, effects)
+            })
+            .collect())
+    }
+
+    /// Applies each transition to its job, in one transaction with `also` (the rows of other
+    /// tables that go with them): each job's new status comes from `Life::apply`, every state
+    /// column is written from it, and the transition's event is logged at `at`. Returns each
+    /// job's new life, for its record to [`take`](JobRecord::take), and what each change means
+    /// for the shell; on any error nothing is written.
+    pub fn commit_all(
+        &mut self,
+        changes: &[(&JobRecord, Transition)],
+        at: Millis,
+        also: impl FnOnce(&Transaction<'_>) -> Result<(), StoreError>,
+    ) -> Result<Vec<(Committed, Effects)>, StoreError> {
         let tx = self.conn.transaction()?;
         let mut done = Vec::with_capacity(changes.len());
         for (job, transition) in changes {
@@ -567,9 +596,7 @@ impl Store {
             if let Some((kind, detail)) = Life::event_of(transition) {
                 log_event(&tx, job.id.0, at, kind, &detail)?;
             }
-            let mut job = (*job).clone();
-            job.life = life;
-            done.push((job, effects));
+            done.push((Committed(life), effects));
         }
         also(&tx)?;
         tx.commit()?;
