@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use baton_core::{
-    DepKind, Dependency, Gpu, GpuRequest, JobId, JobState, PendingJob, RunningJob, plan,
+    DepKind, Dependency, Gpu, JobId, JobState, PendingJob, ResourceRequest, RunningJob, plan,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -41,9 +41,9 @@ fn world(
     };
     for i in 0..running {
         let req = if next() % 4 == 0 {
-            GpuRequest::shared(1, (10 + next() % 40) * GIB)
+            ResourceRequest::shared(1, (10 + next() % 40) * GIB)
         } else {
-            GpuRequest::whole(1 + (next() % 4) as u32)
+            ResourceRequest::whole(1 + (next() % 4) as u32)
         };
         if let Some(chosen) = occ.choose(&req) {
             occ.hold(&chosen, &req).unwrap();
@@ -63,9 +63,9 @@ fn world(
             let id = JobId(base + i as u64);
             states.insert(id, JobState::Queued);
             let request = match next() % 10 {
-                0..=5 => GpuRequest::whole(1 + (next() % 8) as u32),
-                6..=8 => GpuRequest::shared(1, (5 + next() % 60) * GIB),
-                _ => GpuRequest::whole(0),
+                0..=5 => ResourceRequest::whole(1 + (next() % 8) as u32),
+                6..=8 => ResourceRequest::shared(1, (5 + next() % 60) * GIB),
+                _ => ResourceRequest::whole(0),
             };
             let deps = if i > 0 && next() % 10 == 0 {
                 vec![Dependency {
@@ -112,9 +112,9 @@ fn workflow_world(tasks: usize) -> (Vec<Gpu>, Vec<PendingJob>, HashMap<JobId, Jo
                 vec![]
             };
             let request = if i % 3 == 0 {
-                GpuRequest::shared(1, 20 * GIB)
+                ResourceRequest::shared(1, 20 * GIB)
             } else {
-                GpuRequest::whole(1)
+                ResourceRequest::whole(1)
             };
             let mut job = PendingJob::new(id, 0, 0, request, Some(10 * MIN), deps);
             job.gang = Some(1);

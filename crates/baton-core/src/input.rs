@@ -48,6 +48,8 @@ pub enum InputError {
         format_duration(*ms)
     )]
     TimeLimitTooLong { ms: Millis },
+    #[error("must be at least 1: every process needs a core to run on")]
+    ZeroCpus,
 }
 
 /// A command's words may hold anything but NUL. (Whether it is empty is the caller's rule: a

@@ -19,7 +19,7 @@ pub mod waste;
 pub mod workflow;
 
 pub use model::{
-    DepKind, Dependency, Gpu, GpuRequest, JobId, JobState, Millis, PendingJob, RunningJob,
+    DepKind, Dependency, Gpu, JobId, JobState, Millis, PendingJob, ResourceRequest, RunningJob,
     retry_delay,
 };
 pub use scheduler::{Plan, Start, WaitReason, earliest_start, plan};

@@ -81,26 +81,74 @@ impl FromStr for JobState {
     }
 }
 
-/// What a job asks of the GPUs: `count` GPUs, each either whole (`mem_per_gpu == None`) or shared
-/// with other memory-sized jobs up to the GPU's memory.
+/// What a job asks of the node it runs on: `count` GPUs, each either whole (`mem_per_gpu ==
+/// None`) or shared with other memory-sized jobs up to the GPU's memory, and `cpus` cores and
+/// `mem` bytes of the node's own memory (0: none reserved), taken from the node's capacity
+/// (see [`NodeCapacity`]) like GPUs, so CPU-only jobs queue once the cores are taken.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuRequest {
+pub struct ResourceRequest {
     pub count: u32,
     pub mem_per_gpu: Option<u64>,
+    #[serde(default)]
+    pub cpus: u32,
+    #[serde(default)]
+    pub mem: u64,
 }
 
-impl GpuRequest {
+impl ResourceRequest {
     pub fn whole(count: u32) -> Self {
-        GpuRequest {
+        ResourceRequest {
             count,
             mem_per_gpu: None,
+            cpus: 0,
+            mem: 0,
         }
     }
 
     pub fn shared(count: u32, mem_per_gpu: u64) -> Self {
-        GpuRequest {
+        ResourceRequest {
             count,
             mem_per_gpu: Some(mem_per_gpu),
+            cpus: 0,
+            mem: 0,
+        }
+    }
+
+    /// The same request with `cpus` cores and `mem` bytes of the node's memory.
+    pub fn with_host(self, cpus: u32, mem: u64) -> Self {
+        ResourceRequest { cpus, mem, ..self }
+    }
+
+    /// Whether it asks anything of the node besides GPUs.
+    pub fn uses_host(&self) -> bool {
+        self.cpus > 0 || self.mem > 0
+    }
+}
+
+/// What one node offers besides its GPUs: the cores and the memory jobs may take (the machine's
+/// own, less what is kept for the system). A node with no capacity given has no limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCapacity {
+    pub node: u32,
+    pub cpus: u32,
+    pub mem: u64,
+}
+
+/// A cluster as the scheduler sees it: its GPUs and, per node, the cores and memory jobs may
+/// take. Without `hosts`, cores and memory are not limited (the simulator's traces).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cluster {
+    pub gpus: Vec<Gpu>,
+    #[serde(default)]
+    pub hosts: Vec<NodeCapacity>,
+}
+
+impl Cluster {
+    /// GPUs only: cores and memory unlimited.
+    pub fn gpus(gpus: &[Gpu]) -> Cluster {
+        Cluster {
+            gpus: gpus.to_vec(),
+            hosts: Vec::new(),
         }
     }
 }
@@ -137,7 +185,7 @@ pub struct PendingJob {
     pub priority: i64,
     /// Ties in priority go to the earlier submission.
     pub submitted_at: Millis,
-    pub request: GpuRequest,
+    pub request: ResourceRequest,
     /// The job's wall-clock limit; `None` means it may run forever (backfill treats it so).
     pub time_limit: Option<Millis>,
     pub deps: Vec<Dependency>,
@@ -177,7 +225,7 @@ impl PendingJob {
         id: JobId,
         priority: i64,
         submitted_at: Millis,
-        request: GpuRequest,
+        request: ResourceRequest,
         time_limit: Option<Millis>,
         deps: Vec<Dependency>,
     ) -> PendingJob {
@@ -215,7 +263,7 @@ pub fn retry_delay(failed_attempts: u32, first: Millis, max: Millis) -> Millis {
 pub struct RunningJob {
     pub id: JobId,
     pub gpus: Vec<u32>,
-    pub request: GpuRequest,
+    pub request: ResourceRequest,
     /// `started_at + time_limit`; `None` when the job has no limit.
     pub ends_by: Option<Millis>,
 }

@@ -2,8 +2,13 @@
 //! request. Whole-GPU jobs take a GPU nobody uses; memory-sized jobs share a GPU with other
 //! memory-sized jobs while their sum fits in its memory, and never share with a whole-GPU job.
 //! A job's GPUs all come from one node (a single machine is node 0).
+//!
+//! Cores and the node's own memory are counted per node like a pool: a job takes its `cpus`
+//! and `mem` from the node its GPUs are on. A job without GPUs takes them from the first node
+//! (on one machine: the machine); the simulator's multi-node clusters leave cores and memory
+//! unlimited, so only the single machine's daemon, where this is exact, sets them.
 
-use crate::model::{Gpu, GpuRequest};
+use crate::model::{Gpu, NodeCapacity, ResourceRequest};
 
 /// Occupancy of one GPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,6 +30,9 @@ struct NodeShape {
     positions: Vec<usize>,
     /// Its GPUs' memories, largest first: what the empty node could ever offer.
     totals_desc: Vec<u64>,
+    /// The cores and memory jobs may take on it (`u64::MAX`: unlimited).
+    cpus: u64,
+    mem: u64,
 }
 
 /// What one node has free, kept up to date on every change so that a request is matched
@@ -35,6 +43,17 @@ struct NodeFree {
     free_whole: usize,
     /// The most memory free on any of its GPUs a shared job could use.
     most_shared_free: u64,
+    /// Cores and memory promised to the jobs on it. They may exceed the capacity when running
+    /// jobs are counted after the capacity shrank (see [`Occupancy::occupy`]).
+    cpus_used: u64,
+    mem_used: u64,
+}
+
+impl NodeFree {
+    fn host_fits(&self, shape: &NodeShape, req: &ResourceRequest) -> bool {
+        shape.cpus.saturating_sub(self.cpus_used) >= u64::from(req.cpus)
+            && shape.mem.saturating_sub(self.mem_used) >= req.mem
+    }
 }
 
 /// The occupancy of every GPU of a cluster (one machine is one node).
@@ -64,10 +83,19 @@ pub enum PlacementError {
     NoSuchGpu(u32),
     #[error("GPU {0} is already taken")]
     Taken(u32),
+    #[error("node {0} has not enough cores or memory free")]
+    HostFull(u32),
 }
 
 impl Occupancy {
+    /// GPUs only: cores and memory unlimited.
     pub fn new(gpus: &[Gpu]) -> Self {
+        Occupancy::with_hosts(gpus, &[])
+    }
+
+    /// GPUs and, per node, the cores and memory jobs may take (nodes not in `hosts` have no
+    /// limit; a node in `hosts` without GPUs is a CPU-only node).
+    pub fn with_hosts(gpus: &[Gpu], hosts: &[NodeCapacity]) -> Self {
         let mut gpus = gpus.to_vec();
         gpus.sort_by_key(|g| g.index);
         let mut shapes: Vec<NodeShape> = Vec::new();
@@ -81,6 +109,8 @@ impl Occupancy {
                         id: g.node,
                         positions: Vec::new(),
                         totals_desc: Vec::new(),
+                        cpus: u64::MAX,
+                        mem: u64::MAX,
                     });
                     nodes.push(NodeFree::default());
                     shapes.len() - 1
@@ -91,6 +121,24 @@ impl Occupancy {
             nodes[at].free_whole += 1;
             nodes[at].most_shared_free = nodes[at].most_shared_free.max(g.memory_total);
             node_at.push(at);
+        }
+        for host in hosts {
+            match shapes.iter_mut().find(|n| n.id == host.node) {
+                Some(shape) => {
+                    shape.cpus = u64::from(host.cpus);
+                    shape.mem = host.mem;
+                }
+                None => {
+                    shapes.push(NodeShape {
+                        id: host.node,
+                        positions: Vec::new(),
+                        totals_desc: Vec::new(),
+                        cpus: u64::from(host.cpus),
+                        mem: host.mem,
+                    });
+                    nodes.push(NodeFree::default());
+                }
+            }
         }
         for shape in &mut shapes {
             shape.totals_desc.sort_unstable_by(|a, b| b.cmp(a));
@@ -132,6 +180,7 @@ impl Occupancy {
             self.nodes[at] = NodeFree {
                 free_whole,
                 most_shared_free,
+                ..old
             };
             self.free_whole = self.free_whole - old.free_whole + free_whole;
             if most_shared_free >= self.most_shared_free {
@@ -161,7 +210,7 @@ impl Occupancy {
             .map_err(|_| PlacementError::NoSuchGpu(index))
     }
 
-    fn slot_admits(&self, pos: usize, req: &GpuRequest) -> bool {
+    fn slot_admits(&self, pos: usize, req: &ResourceRequest) -> bool {
         let slot = &self.slots[pos];
         match req.mem_per_gpu {
             None => slot.holders == 0,
@@ -173,7 +222,7 @@ impl Occupancy {
 
     /// Marks `gpus` as held by a job with request `req`. Fails, changing nothing, if any of them
     /// cannot take it.
-    pub fn hold(&mut self, gpus: &[u32], req: &GpuRequest) -> Result<(), PlacementError> {
+    pub fn hold(&mut self, gpus: &[u32], req: &ResourceRequest) -> Result<(), PlacementError> {
         let mut positions = Vec::with_capacity(gpus.len());
         for &index in gpus {
             let pos = self.position(index)?;
@@ -182,8 +231,51 @@ impl Occupancy {
             }
             positions.push(pos);
         }
+        if let Some(at) = self.host_node(&positions)
+            && !self.nodes[at].host_fits(&self.shapes[at], req)
+        {
+            return Err(PlacementError::HostFull(self.shapes[at].id));
+        }
+        self.take(&positions, req);
+        Ok(())
+    }
+
+    /// Counts what a running job holds, whatever else is held: GPUs that are gone or already
+    /// taken are skipped, and cores and memory are counted even past the node's capacity (a
+    /// capacity lowered under running jobs), so nothing more starts until they end.
+    pub fn occupy(&mut self, gpus: &[u32], req: &ResourceRequest) {
+        let positions: Vec<usize> = gpus
+            .iter()
+            .filter_map(|&index| self.position(index).ok())
+            .filter(|&pos| self.slot_admits(pos, req))
+            .collect();
+        self.take(&positions, req);
+    }
+
+    /// The node (its position in `nodes`) whose cores and memory a job on the GPUs at
+    /// `positions` takes: theirs, or the first node's for a job without GPUs.
+    fn host_node(&self, positions: &[usize]) -> Option<usize> {
+        match positions.first() {
+            Some(&pos) => Some(self.node_at[pos]),
+            None => self.first_node(),
+        }
+    }
+
+    /// The first node: the one with the lowest id.
+    fn first_node(&self) -> Option<usize> {
+        (0..self.shapes.len()).min_by_key(|&at| self.shapes[at].id)
+    }
+
+    fn take(&mut self, positions: &[usize], req: &ResourceRequest) {
+        if req.uses_host()
+            && let Some(at) = self.host_node(positions)
+        {
+            let node = &mut self.nodes[at];
+            node.cpus_used += u64::from(req.cpus);
+            node.mem_used += req.mem;
+        }
         let mut changed: Vec<usize> = Vec::with_capacity(1);
-        for pos in positions {
+        for &pos in positions {
             let slot = &mut self.slots[pos];
             slot.holders += 1;
             match req.mem_per_gpu {
@@ -195,11 +287,23 @@ impl Occupancy {
             }
         }
         self.refresh(&changed);
-        Ok(())
     }
 
     /// Gives back what [`Occupancy::hold`] took. GPUs that no longer exist are ignored.
-    pub fn release(&mut self, gpus: &[u32], req: &GpuRequest) {
+    pub fn release(&mut self, gpus: &[u32], req: &ResourceRequest) {
+        if req.uses_host() {
+            let first = gpus.iter().find_map(|&index| self.position(index).ok());
+            let at = match first {
+                Some(pos) => Some(self.node_at[pos]),
+                None if gpus.is_empty() => self.first_node(),
+                None => None,
+            };
+            if let Some(at) = at {
+                let node = &mut self.nodes[at];
+                node.cpus_used = node.cpus_used.saturating_sub(u64::from(req.cpus));
+                node.mem_used = node.mem_used.saturating_sub(req.mem);
+            }
+        }
         let mut changed: Vec<usize> = Vec::with_capacity(1);
         for &index in gpus {
             if let Ok(pos) = self.position(index) {
@@ -221,15 +325,19 @@ impl Occupancy {
     /// indices. Shared: best fit (the GPUs with the least memory left that still fit, preferring
     /// GPUs already shared) so that whole GPUs stay free for whole-GPU jobs. All from one node:
     /// the one with the least room that still fits (keeping emptier nodes whole for big jobs).
-    pub fn choose(&self, req: &GpuRequest) -> Option<Vec<u32>> {
+    pub fn choose(&self, req: &ResourceRequest) -> Option<Vec<u32>> {
         self.choose_near(req, None)
     }
 
     /// Like [`Occupancy::choose`], but on node `prefer` if the request fits there (a task next to
     /// the data its predecessor left).
-    pub fn choose_near(&self, req: &GpuRequest, prefer: Option<u32>) -> Option<Vec<u32>> {
+    pub fn choose_near(&self, req: &ResourceRequest, prefer: Option<u32>) -> Option<Vec<u32>> {
         if req.count == 0 {
-            return Some(Vec::new());
+            let fits = !req.uses_host()
+                || self
+                    .first_node()
+                    .is_some_and(|at| self.nodes[at].host_fits(&self.shapes[at], req));
+            return fits.then(Vec::new);
         }
         let count = req.count as usize;
         let hopeless = match req.mem_per_gpu {
@@ -263,7 +371,7 @@ impl Occupancy {
                     .count(),
                 Some(_) => 0,
             };
-            if fits < count {
+            if fits < count || !node.host_fits(shape, req) {
                 continue;
             }
             let key = (Some(shape.id) != prefer, fits, shape.id);
@@ -299,7 +407,7 @@ impl Occupancy {
     /// All on one node when some node can take them all (the fullest such node, as best fit
     /// does for one job), so an atomic workflow's data never leaves its node; else each goes to
     /// the node of the first placed one when it fits there.
-    pub fn choose_all(&self, requests: &[GpuRequest]) -> Option<Vec<Vec<u32>>> {
+    pub fn choose_all(&self, requests: &[ResourceRequest]) -> Option<Vec<Vec<u32>>> {
         if let [one] = requests {
             return self.choose(one).map(|chosen| vec![chosen]);
         }
@@ -328,7 +436,7 @@ impl Occupancy {
     /// another node fails the whole placement.
     fn place_each(
         &self,
-        requests: &[GpuRequest],
+        requests: &[ResourceRequest],
         mut node: Option<u32>,
         only_there: bool,
     ) -> Option<Vec<Vec<u32>>> {
@@ -350,24 +458,47 @@ impl Occupancy {
     }
 
     /// Whether `req` could ever fit on this cluster, empty.
-    pub fn could_ever_fit(&self, req: &GpuRequest) -> bool {
+    pub fn could_ever_fit(&self, req: &ResourceRequest) -> bool {
+        let host_fits =
+            |shape: &NodeShape| shape.cpus >= u64::from(req.cpus) && shape.mem >= req.mem;
         if req.count == 0 {
-            return true;
+            return !req.uses_host()
+                || self
+                    .first_node()
+                    .is_some_and(|at| host_fits(&self.shapes[at]));
         }
-        self.shapes.iter().any(
-            |shape| match shape.totals_desc.get(req.count as usize - 1) {
-                None => false,
-                Some(&nth_largest) => req.mem_per_gpu.is_none_or(|mem| nth_largest >= mem),
-            },
-        )
+        self.shapes.iter().any(|shape| {
+            host_fits(shape)
+                && match shape.totals_desc.get(req.count as usize - 1) {
+                    None => false,
+                    Some(&nth_largest) => req.mem_per_gpu.is_none_or(|mem| nth_largest >= mem),
+                }
+        })
     }
 
     /// What is free now, for "why is my job waiting" messages (formatted only when shown).
     pub fn free(&self) -> Free {
+        // Cores and memory: the first node's (the machine's, on one machine).
+        let host = self
+            .first_node()
+            .map(|at| (&self.shapes[at], &self.nodes[at]));
+        let (cpus, cpus_free, mem, mem_free) = match host {
+            Some((shape, node)) => (
+                shape.cpus,
+                shape.cpus.saturating_sub(node.cpus_used),
+                shape.mem,
+                shape.mem.saturating_sub(node.mem_used),
+            ),
+            None => (0, 0, 0, 0),
+        };
         Free {
             whole: self.free_whole,
             gpus: self.gpus.len(),
             most_shared: self.most_shared_free,
+            cpus_free,
+            cpus,
+            mem_free,
+            mem,
         }
     }
 }
@@ -381,11 +512,69 @@ pub struct Free {
     pub gpus: usize,
     /// The most memory free on any GPU a shared job could use.
     pub most_shared: u64,
+    /// The machine's cores free and in all (`u64::MAX`: unlimited).
+    #[serde(default)]
+    pub cpus_free: u64,
+    #[serde(default)]
+    pub cpus: u64,
+    /// The machine's memory free and in all, in bytes (`u64::MAX`: unlimited).
+    #[serde(default)]
+    pub mem_free: u64,
+    #[serde(default)]
+    pub mem: u64,
 }
 
 impl Free {
-    /// `needs 2 whole GPUs, 1 of 4 free`.
-    pub fn describe(&self, req: &GpuRequest) -> String {
+    /// Whether the cores or the memory are what `req` lacks (now, or, with `ever`, on the empty
+    /// machine).
+    pub fn host_short(&self, req: &ResourceRequest, ever: bool) -> bool {
+        let (cpus, mem) = if ever {
+            (self.cpus, self.mem)
+        } else {
+            (self.cpus_free, self.mem_free)
+        };
+        u64::from(req.cpus) > cpus || req.mem > mem
+    }
+
+    /// What of `req` this machine can never give: `needs 32 CPUs; jobs may use 16 CPUs here`.
+    pub fn describe_capacity(&self, req: &ResourceRequest) -> String {
+        if u64::from(req.cpus) > self.cpus {
+            format!(
+                "needs {} CPU{}; jobs may use {} CPU{} here",
+                req.cpus,
+                plural(req.cpus as usize),
+                self.cpus,
+                plural(self.cpus as usize)
+            )
+        } else {
+            format!(
+                "needs {} of memory; jobs may use {} here",
+                crate::units::format_size(req.mem),
+                crate::units::format_size(self.mem)
+            )
+        }
+    }
+
+    /// `needs 2 whole GPUs, 1 of 4 free`; `needs 4 CPUs, 1 of 16 free` when the cores are what
+    /// it lacks.
+    pub fn describe(&self, req: &ResourceRequest) -> String {
+        if u64::from(req.cpus) > self.cpus_free {
+            return format!(
+                "needs {} CPU{}, {} of {} free",
+                req.cpus,
+                plural(req.cpus as usize),
+                self.cpus_free,
+                self.cpus
+            );
+        }
+        if req.mem > self.mem_free {
+            return format!(
+                "needs {} of memory, {} of {} free",
+                crate::units::format_size(req.mem),
+                crate::units::format_size(self.mem_free),
+                crate::units::format_size(self.mem)
+            );
+        }
         match req.mem_per_gpu {
             None => format!(
                 "needs {} whole GPU{}, {} of {} free",
@@ -441,25 +630,28 @@ mod tests {
     #[test]
     fn a_job_never_spans_nodes_and_goes_where_it_fits_tightest() {
         let mut occ = cluster(2, 4);
-        assert!(occ.could_ever_fit(&GpuRequest::whole(4)));
+        assert!(occ.could_ever_fit(&ResourceRequest::whole(4)));
         assert!(
-            !occ.could_ever_fit(&GpuRequest::whole(5)),
+            !occ.could_ever_fit(&ResourceRequest::whole(5)),
             "5 GPUs exist only across nodes"
         );
-        occ.hold(&[0], &GpuRequest::whole(1)).unwrap();
+        occ.hold(&[0], &ResourceRequest::whole(1)).unwrap();
         // Node 0 has 3 free, node 1 has 4: a 3-GPU job takes node 0 and keeps node 1 whole.
-        assert_eq!(occ.choose(&GpuRequest::whole(3)), Some(vec![1, 2, 3]));
-        assert_eq!(occ.choose(&GpuRequest::whole(4)), Some(vec![4, 5, 6, 7]));
-        occ.hold(&[4, 5], &GpuRequest::whole(2)).unwrap();
+        assert_eq!(occ.choose(&ResourceRequest::whole(3)), Some(vec![1, 2, 3]));
+        assert_eq!(
+            occ.choose(&ResourceRequest::whole(4)),
+            Some(vec![4, 5, 6, 7])
+        );
+        occ.hold(&[4, 5], &ResourceRequest::whole(2)).unwrap();
         // 3 free on node 0 and 2 on node 1: 5 free in all, but no node has 4.
-        assert_eq!(occ.choose(&GpuRequest::whole(4)), None);
+        assert_eq!(occ.choose(&ResourceRequest::whole(4)), None);
         // A preference wins when the job fits there.
         assert_eq!(
-            occ.choose_near(&GpuRequest::whole(1), Some(0)),
+            occ.choose_near(&ResourceRequest::whole(1), Some(0)),
             Some(vec![1])
         );
         assert_eq!(
-            occ.choose_near(&GpuRequest::whole(1), Some(1)),
+            occ.choose_near(&ResourceRequest::whole(1), Some(1)),
             Some(vec![6])
         );
     }
@@ -467,7 +659,7 @@ mod tests {
     #[test]
     fn all_or_nothing_placement_keeps_a_gang_together_or_places_none() {
         let occ = cluster(2, 2);
-        let two = [GpuRequest::whole(1), GpuRequest::whole(1)];
+        let two = [ResourceRequest::whole(1), ResourceRequest::whole(1)];
         let placed = occ.choose_all(&two).unwrap();
         assert_eq!(
             placed.iter().map(|g| occ.node_of(g[0])).collect::<Vec<_>>(),
@@ -475,9 +667,9 @@ mod tests {
             "the gang shares a node"
         );
         let five = [
-            GpuRequest::whole(2),
-            GpuRequest::whole(2),
-            GpuRequest::whole(1),
+            ResourceRequest::whole(2),
+            ResourceRequest::whole(2),
+            ResourceRequest::whole(1),
         ];
         assert_eq!(occ.choose_all(&five), None);
         assert_eq!(occ.free().whole, 4, "a failed gang placement holds nothing");
@@ -488,36 +680,36 @@ mod tests {
         // Node 0 has 1 GPU free, node 1 all 4. Best fit alone would put the 1-GPU head on node 0
         // and the 3-GPU rest on node 1; node 1 can take all of it.
         let mut occ = cluster(2, 4);
-        occ.hold(&[0, 1, 2], &GpuRequest::whole(3)).unwrap();
-        let gang = [GpuRequest::whole(1), GpuRequest::whole(3)];
+        occ.hold(&[0, 1, 2], &ResourceRequest::whole(3)).unwrap();
+        let gang = [ResourceRequest::whole(1), ResourceRequest::whole(3)];
         let placed = occ.choose_all(&gang).unwrap();
         assert_eq!(placed, vec![vec![4], vec![5, 6, 7]]);
         // When no node can take it all, it is split, the head's node first.
-        let big = [GpuRequest::whole(1), GpuRequest::whole(4)];
+        let big = [ResourceRequest::whole(1), ResourceRequest::whole(4)];
         assert_eq!(occ.choose_all(&big), Some(vec![vec![3], vec![4, 5, 6, 7]]));
     }
 
     #[test]
     fn whole_gpus_take_lowest_free_indices() {
         let mut occ = machine(4);
-        occ.hold(&[0, 2], &GpuRequest::whole(2)).unwrap();
-        assert_eq!(occ.choose(&GpuRequest::whole(2)), Some(vec![1, 3]));
-        assert_eq!(occ.choose(&GpuRequest::whole(3)), None);
+        occ.hold(&[0, 2], &ResourceRequest::whole(2)).unwrap();
+        assert_eq!(occ.choose(&ResourceRequest::whole(2)), Some(vec![1, 3]));
+        assert_eq!(occ.choose(&ResourceRequest::whole(3)), None);
     }
 
     #[test]
     fn shared_jobs_pack_and_never_mix_with_whole() {
         let mut occ = machine(2);
-        let small = GpuRequest::shared(1, 30 * GIB);
+        let small = ResourceRequest::shared(1, 30 * GIB);
         occ.hold(&[0], &small).unwrap();
         // Best fit: the second small job goes next to the first, keeping GPU 1 whole.
         assert_eq!(occ.choose(&small), Some(vec![0]));
         occ.hold(&[0], &small).unwrap();
         // 60 GiB used on GPU 0: a third 30 GiB job no longer fits there.
         assert_eq!(occ.choose(&small), Some(vec![1]));
-        assert_eq!(occ.choose(&GpuRequest::whole(2)), None);
-        assert_eq!(occ.choose(&GpuRequest::whole(1)), Some(vec![1]));
-        occ.hold(&[1], &GpuRequest::whole(1)).unwrap();
+        assert_eq!(occ.choose(&ResourceRequest::whole(2)), None);
+        assert_eq!(occ.choose(&ResourceRequest::whole(1)), Some(vec![1]));
+        occ.hold(&[1], &ResourceRequest::whole(1)).unwrap();
         assert_eq!(occ.choose(&small), None);
         assert_eq!(
             occ.hold(&[1], &small),
@@ -529,7 +721,7 @@ mod tests {
     #[test]
     fn release_restores_capacity() {
         let mut occ = machine(1);
-        let req = GpuRequest::shared(1, 50 * GIB);
+        let req = ResourceRequest::shared(1, 50 * GIB);
         occ.hold(&[0], &req).unwrap();
         assert_eq!(occ.choose(&req), None);
         occ.release(&[0], &req);
@@ -538,13 +730,55 @@ mod tests {
     }
 
     #[test]
+    fn cores_and_memory_are_taken_from_the_node_and_given_back() {
+        let host = NodeCapacity {
+            node: 0,
+            cpus: 8,
+            mem: 32 * GIB,
+        };
+        let gpus: Vec<Gpu> = (0..2)
+            .map(|index| Gpu {
+                index,
+                memory_total: 80 * GIB,
+                node: 0,
+            })
+            .collect();
+        let mut occ = Occupancy::with_hosts(&gpus, &[host]);
+        let empty = occ.clone();
+        let gpu_job = ResourceRequest::whole(1).with_host(6, 16 * GIB);
+        occ.hold(&[0], &gpu_job).unwrap();
+        // GPU 1 is free but only 2 cores are.
+        assert_eq!(occ.choose(&ResourceRequest::whole(1).with_host(4, 0)), None);
+        assert_eq!(
+            occ.hold(&[1], &ResourceRequest::whole(1).with_host(4, 0)),
+            Err(PlacementError::HostFull(0)),
+            "a failed hold takes nothing"
+        );
+        let cpu_job = ResourceRequest::whole(0).with_host(2, 16 * GIB);
+        assert_eq!(occ.choose(&cpu_job), Some(vec![]));
+        occ.hold(&[], &cpu_job).unwrap();
+        assert_eq!(occ.choose(&ResourceRequest::whole(0).with_host(1, 0)), None);
+        assert_eq!(occ.free().cpus_free, 0);
+        assert_eq!(occ.free().mem_free, 0);
+        occ.release(&[], &cpu_job);
+        occ.release(&[0], &gpu_job);
+        assert_eq!(occ, empty);
+        // What runs is counted even past the capacity; nothing more fits until it ends.
+        occ.occupy(&[], &ResourceRequest::whole(0).with_host(12, 0));
+        assert_eq!(occ.free().cpus_free, 0);
+        assert!(occ.could_ever_fit(&ResourceRequest::whole(0).with_host(8, 0)));
+        assert!(!occ.could_ever_fit(&ResourceRequest::whole(0).with_host(9, 0)));
+        assert!(!occ.could_ever_fit(&ResourceRequest::whole(1).with_host(1, 33 * GIB)));
+    }
+
+    #[test]
     fn impossible_requests_are_recognised() {
         let mut occ = machine(4);
-        assert!(!occ.could_ever_fit(&GpuRequest::whole(5)));
-        assert!(!occ.could_ever_fit(&GpuRequest::shared(1, 81 * GIB)));
-        assert!(occ.could_ever_fit(&GpuRequest::shared(4, 80 * GIB)));
+        assert!(!occ.could_ever_fit(&ResourceRequest::whole(5)));
+        assert!(!occ.could_ever_fit(&ResourceRequest::shared(1, 81 * GIB)));
+        assert!(occ.could_ever_fit(&ResourceRequest::shared(4, 80 * GIB)));
         assert_eq!(
-            occ.hold(&[7], &GpuRequest::whole(1)),
+            occ.hold(&[7], &ResourceRequest::whole(1)),
             Err(PlacementError::NoSuchGpu(7))
         );
     }

@@ -20,7 +20,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Gpu, GpuRequest, JobId, JobState, Millis, PendingJob, RunningJob};
+use crate::model::{Gpu, JobId, JobState, Millis, PendingJob, ResourceRequest, RunningJob};
 use crate::placement::{Free, Occupancy};
 use crate::units::format_duration;
 
@@ -41,7 +41,7 @@ pub enum WaitReason {
     Dependency { on: JobId },
     /// Not enough free GPUs: what it needs and what was free.
     Resources {
-        needs: GpuRequest,
+        needs: ResourceRequest,
         free: Free,
         /// When the job is the reservation holder: the latest time it is guaranteed to start.
         reserved_at: Option<Millis>,
@@ -51,7 +51,7 @@ pub enum WaitReason {
     /// It would fit, but starting it could delay the reservation of a higher-priority job.
     Priority { behind: JobId },
     /// The machine cannot ever satisfy the request (e.g. its GPUs went away).
-    Impossible { needs: GpuRequest, free: Free },
+    Impossible { needs: ResourceRequest, free: Free },
     /// A retry waiting out its backoff after a failed attempt.
     Backoff {
         /// When it may start.
@@ -81,6 +81,9 @@ impl fmt::Display for WaitReason {
                 f,
                 "priority: would delay job {behind}, which holds the next reservation"
             ),
+            WaitReason::Impossible { needs, free } if free.host_short(needs, true) => {
+                write!(f, "impossible: {}", free.describe_capacity(needs))
+            }
             WaitReason::Impossible { needs, free } => write!(
                 f,
                 "impossible: {}; this machine has {} GPU{}",
@@ -137,7 +140,7 @@ pub struct Plan {
 struct Reservation {
     job: JobId,
     /// What must fit at `at`: one request for a job, all of a gang's for a gang.
-    requests: Vec<GpuRequest>,
+    requests: Vec<ResourceRequest>,
     /// `None`: only when jobs without a time limit end, i.e. at an unknown time.
     at: Option<Millis>,
     held_then: Occupancy,
@@ -155,7 +158,7 @@ pub fn plan(
     plan_with(gpus, running, pending, states, now, PlanOptions::default())
 }
 
-/// One scheduling pass.
+/// One scheduling pass on GPUs alone (cores and memory unlimited).
 pub fn plan_with(
     gpus: &[Gpu],
     running: &[RunningJob],
@@ -164,14 +167,34 @@ pub fn plan_with(
     now: Millis,
     options: PlanOptions,
 ) -> Plan {
-    let mut occupancy = Occupancy::new(gpus);
+    plan_on(
+        &Occupancy::new(gpus),
+        running,
+        pending,
+        states,
+        now,
+        options,
+    )
+}
+
+/// One scheduling pass on `cluster`, the empty occupancy of the machine or cluster (its GPUs,
+/// and its nodes' cores and memory: [`Occupancy::with_hosts`]).
+pub fn plan_on(
+    cluster: &Occupancy,
+    running: &[RunningJob],
+    pending: &[PendingJob],
+    states: &HashMap<JobId, JobState>,
+    now: Millis,
+    options: PlanOptions,
+) -> Plan {
+    let mut occupancy = cluster.clone();
     let mut holders: Vec<RunningJob> = Vec::with_capacity(running.len() + pending.len());
     for job in running {
         // A running job's GPUs come from the store; if the machine changed under it, the
-        // occupancy ignores GPUs that are gone rather than refusing to schedule at all.
-        if occupancy.hold(&job.gpus, &job.request).is_ok() {
-            holders.push(job.clone());
-        }
+        // occupancy ignores GPUs that are gone rather than refusing to schedule at all, and
+        // counts its cores and memory even past a capacity lowered since it started.
+        occupancy.occupy(&job.gpus, &job.request);
+        holders.push(job.clone());
     }
     // Reserved GPUs are taken as if their jobs ran, until an unknown time.
     for job in pending {
@@ -232,7 +255,7 @@ pub fn plan_with(
             admit_gang(
                 gang,
                 &members,
-                gpus,
+                cluster,
                 states,
                 now,
                 options,
@@ -278,7 +301,7 @@ pub fn plan_with(
         let Some(chosen) = chosen else {
             let (needs, free) = (job.request, occupancy.free());
             if reservation.is_none() {
-                let r = reserve(job.id, &[job.request], gpus, &holders);
+                let r = reserve(job.id, &[job.request], cluster, &holders);
                 out.waiting.push((
                     job.id,
                     WaitReason::Resources {
@@ -349,7 +372,7 @@ pub fn plan_with(
 fn admit_gang(
     gang: u64,
     members: &[&PendingJob],
-    gpus: &[Gpu],
+    cluster: &Occupancy,
     states: &HashMap<JobId, JobState>,
     now: Millis,
     options: PlanOptions,
@@ -361,8 +384,8 @@ fn admit_gang(
     let Some(head) = members.first() else {
         return;
     };
-    let requests: Vec<GpuRequest> = members.iter().map(|m| m.request).collect();
-    if Occupancy::new(gpus).choose_all(&requests).is_none() {
+    let requests: Vec<ResourceRequest> = members.iter().map(|m| m.request).collect();
+    if cluster.choose_all(&requests).is_none() {
         let free = occupancy.free();
         for m in members {
             out.waiting.push((
@@ -396,7 +419,7 @@ fn admit_gang(
     let Some(placed) = placed else {
         let free = occupancy.free();
         let (reserved_at, reserved_in) = if reservation.is_none() {
-            let r = reserve(head.id, &requests, gpus, holders);
+            let r = reserve(head.id, &requests, cluster, holders);
             let at = r.at;
             *reservation = Some(r);
             (at, at.map(|at| at - now))
@@ -499,11 +522,11 @@ fn outlasts(ends_by: Option<Millis>, at: Option<Millis>) -> bool {
 /// its limit: `Some(now)`-like values when it fits at once are not special-cased; `None` means
 /// only when jobs without a time limit end.
 pub fn earliest_start(
-    gpus: &[Gpu],
+    cluster: &Occupancy,
     holders: &[RunningJob],
-    request: &GpuRequest,
+    request: &ResourceRequest,
 ) -> Option<Millis> {
-    reserve(JobId(0), &[*request], gpus, holders).at
+    reserve(JobId(0), &[*request], cluster, holders).at
 }
 
 /// When each queued job can be expected to start, at the latest, if every job runs until its
@@ -513,7 +536,7 @@ pub fn earliest_start(
 /// time limit in the way, so no bound exists. Backfill can only make starts earlier. Only the
 /// first `limit` jobs in order are predicted (the cost grows with the square of the queue).
 pub fn predicted_starts(
-    gpus: &[Gpu],
+    cluster: &Occupancy,
     running: &[RunningJob],
     pending: &[PendingJob],
     now: Millis,
@@ -559,7 +582,7 @@ pub fn predicted_starts(
             moments.dedup();
             moments.into_iter().find_map(|at| {
                 let held = occupancy_of(
-                    gpus,
+                    cluster,
                     holders.iter().filter(|h| outlasts(h.ends_by, Some(at))),
                 );
                 held.choose(&job.request).map(|g| (at, g))
@@ -588,8 +611,8 @@ pub fn predicted_starts(
 /// every holder runs until its limit, and what remains held then.
 fn reserve(
     job: JobId,
-    requests: &[GpuRequest],
-    gpus: &[Gpu],
+    requests: &[ResourceRequest],
+    cluster: &Occupancy,
     holders: &[RunningJob],
 ) -> Reservation {
     let mut ends: Vec<Millis> = holders.iter().filter_map(|h| h.ends_by).collect();
@@ -597,7 +620,7 @@ fn reserve(
     ends.dedup();
     for at in ends {
         let held = occupancy_of(
-            gpus,
+            cluster,
             holders.iter().filter(|h| outlasts(h.ends_by, Some(at))),
         );
         if held.choose_all(requests).is_some() {
@@ -615,15 +638,14 @@ fn reserve(
         job,
         requests: requests.to_vec(),
         at: None,
-        held_then: Occupancy::new(gpus),
+        held_then: cluster.clone(),
     }
 }
 
-fn occupancy_of<'a>(gpus: &[Gpu], jobs: impl Iterator<Item = &'a RunningJob>) -> Occupancy {
-    let mut occ = Occupancy::new(gpus);
+fn occupancy_of<'a>(cluster: &Occupancy, jobs: impl Iterator<Item = &'a RunningJob>) -> Occupancy {
+    let mut occ = cluster.clone();
     for job in jobs {
-        // Every holder was admitted into the live occupancy, so it fits in any subset.
-        let _ = occ.hold(&job.gpus, &job.request);
+        occ.occupy(&job.gpus, &job.request);
     }
     occ
 }
@@ -632,7 +654,7 @@ fn occupancy_of<'a>(gpus: &[Gpu], jobs: impl Iterator<Item = &'a RunningJob>) ->
 fn fits_beside_reservation(
     r: &Reservation,
     chosen: &[u32],
-    request: &GpuRequest,
+    request: &ResourceRequest,
     ends_by: Option<Millis>,
 ) -> bool {
     if !outlasts(ends_by, r.at) {
@@ -665,7 +687,7 @@ mod tests {
             JobId(id),
             0,
             id as Millis,
-            GpuRequest::whole(count),
+            ResourceRequest::whole(count),
             None,
             vec![],
         )
@@ -675,7 +697,7 @@ mod tests {
         RunningJob {
             id: JobId(id),
             gpus: gpus.to_vec(),
-            request: GpuRequest::whole(gpus.len() as u32),
+            request: ResourceRequest::whole(gpus.len() as u32),
             ends_by,
         }
     }
@@ -864,14 +886,166 @@ mod tests {
         );
     }
 
+    /// A machine with `n` GPUs, `cpus` cores and `mem_gib` GiB for jobs.
+    fn machine(n: u32, cpus: u32, mem_gib: u64) -> Occupancy {
+        Occupancy::with_hosts(
+            &gpus(n),
+            &[crate::model::NodeCapacity {
+                node: 0,
+                cpus,
+                mem: mem_gib * GIB,
+            }],
+        )
+    }
+
+    fn cpu_job(id: u64, cpus: u32, mem_gib: u64) -> PendingJob {
+        PendingJob {
+            request: ResourceRequest::whole(0).with_host(cpus, mem_gib * GIB),
+            ..job(id, 0)
+        }
+    }
+
+    fn plan_here(cluster: &Occupancy, running: &[RunningJob], pending: &[PendingJob]) -> Plan {
+        plan_on(
+            cluster,
+            running,
+            pending,
+            &HashMap::new(),
+            0,
+            PlanOptions::default(),
+        )
+    }
+
+    #[test]
+    fn cpu_only_jobs_queue_once_the_cores_are_taken() {
+        let cluster = machine(0, 16, 64);
+        let pending: Vec<PendingJob> = (1..=20).map(|id| cpu_job(id, 1, 0)).collect();
+        let p = plan_here(&cluster, &[], &pending);
+        assert_eq!(started(&p), (1..=16).collect::<Vec<_>>(), "one per core");
+        assert_eq!(p.waiting.len(), 4);
+        assert_eq!(
+            p.waiting[0].1.to_string(),
+            "resources: needs 1 CPU, 0 of 16 free"
+        );
+    }
+
+    #[test]
+    fn cores_and_memory_of_running_jobs_are_counted() {
+        let cluster = machine(2, 16, 64);
+        let busy = RunningJob {
+            request: ResourceRequest::whole(1).with_host(12, 40 * GIB),
+            ..running(1, &[0], None)
+        };
+        // GPU 1 is free, but only 4 cores are.
+        let p = plan_here(
+            &cluster,
+            std::slice::from_ref(&busy),
+            &[PendingJob {
+                request: ResourceRequest::whole(1).with_host(8, 0),
+                ..job(2, 1)
+            }],
+        );
+        assert!(p.starts.is_empty());
+        assert_eq!(
+            p.waiting[0].1.to_string(),
+            "resources: needs 8 CPUs, 4 of 16 free"
+        );
+        // Memory: 24 GiB are left.
+        let p = plan_here(&cluster, std::slice::from_ref(&busy), &[cpu_job(3, 1, 30)]);
+        assert!(p.starts.is_empty());
+        assert_eq!(
+            p.waiting[0].1.to_string(),
+            "resources: needs 30 GiB of memory, 24 GiB of 64 GiB free"
+        );
+        let p = plan_here(&cluster, &[busy], &[cpu_job(4, 4, 24)]);
+        assert_eq!(started(&p), [4], "what is left fits exactly");
+    }
+
+    #[test]
+    fn a_capacity_lowered_under_running_jobs_starts_nothing_more() {
+        // 8 cores for jobs now, but 12 are in use from before.
+        let cluster = machine(0, 8, 64);
+        let busy = RunningJob {
+            request: ResourceRequest::whole(0).with_host(12, 0),
+            ..running(1, &[], None)
+        };
+        let p = plan_here(&cluster, &[busy], &[cpu_job(2, 1, 0)]);
+        assert!(p.starts.is_empty());
+        assert_eq!(
+            p.waiting[0].1.to_string(),
+            "resources: needs 1 CPU, 0 of 8 free"
+        );
+    }
+
+    #[test]
+    fn more_cores_or_memory_than_the_machine_gives_is_impossible() {
+        let cluster = machine(1, 16, 64);
+        let p = plan_here(&cluster, &[], &[cpu_job(1, 32, 0), cpu_job(2, 1, 100)]);
+        assert!(p.starts.is_empty());
+        let reasons: Vec<String> = p.waiting.iter().map(|(_, w)| w.to_string()).collect();
+        assert_eq!(
+            reasons,
+            [
+                "impossible: needs 32 CPUs; jobs may use 16 CPUs here",
+                "impossible: needs 100 GiB of memory; jobs may use 64 GiB here",
+            ]
+        );
+    }
+
+    #[test]
+    fn backfill_keeps_the_cores_a_blocked_job_is_reserved() {
+        let cluster = machine(0, 16, 64);
+        // 12 cores busy for 10 minutes; job 2 needs 14 and gets the reservation at t=10m.
+        let busy = RunningJob {
+            request: ResourceRequest::whole(0).with_host(12, 0),
+            ..running(1, &[], Some(10 * MIN))
+        };
+        let long = PendingJob {
+            time_limit: Some(60 * MIN),
+            ..cpu_job(3, 4, 0)
+        };
+        let short = PendingJob {
+            time_limit: Some(5 * MIN),
+            ..cpu_job(4, 4, 0)
+        };
+        let p = plan_here(&cluster, &[busy], &[cpu_job(2, 14, 0), long, short]);
+        // Four cores are free: the job that ends before t=10m may use them, the one that would
+        // still hold them then may not.
+        assert_eq!(started(&p), [4]);
+        assert!(p.starts[0].backfilled);
+        let reasons: Vec<(u64, String)> = p
+            .waiting
+            .iter()
+            .map(|(id, w)| (id.0, w.to_string()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                (
+                    2,
+                    "resources: needs 14 CPUs, 4 of 16 free; reserved to start within 10m00s"
+                        .to_string()
+                ),
+                (
+                    3,
+                    "priority: would delay job 2, which holds the next reservation".to_string()
+                ),
+            ]
+        );
+    }
+
     #[test]
     fn reasons_read_well() {
         let r = WaitReason::Resources {
-            needs: GpuRequest::whole(2),
+            needs: ResourceRequest::whole(2),
             free: Free {
                 whole: 1,
                 gpus: 4,
                 most_shared: 0,
+                cpus_free: u64::MAX,
+                cpus: u64::MAX,
+                mem_free: u64::MAX,
+                mem: u64::MAX,
             },
             reserved_at: Some(600_000),
             reserved_in: Some(600_000),
@@ -1077,7 +1251,7 @@ mod tests {
         let mut last = job(5, 1);
         last.time_limit = Some(MIN);
         let p = predicted_starts(
-            &gpus(2),
+            &Occupancy::new(&gpus(2)),
             &busy,
             &[first, second, after_first, unbounded, last],
             0,

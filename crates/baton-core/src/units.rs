@@ -190,6 +190,73 @@ pub mod serde_duration {
     }
 }
 
+/// The exact form of a size (`1GiB`, `256MiB`, or bytes), as settings files write it.
+pub fn size_text(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    UNITS
+        .iter()
+        .find(|(unit, _)| bytes != 0 && bytes.is_multiple_of(*unit))
+        .map(|(unit, name)| format!("{}{name}", bytes / unit))
+        .unwrap_or_else(|| bytes.to_string())
+}
+
+/// Serde for a size in settings files: `"8GiB"`, `"512MiB"`, or a number of bytes.
+pub mod serde_size {
+    use std::fmt;
+
+    use serde::de::{self, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    use super::{parse_size, size_text};
+
+    pub fn serialize<S: Serializer>(bytes: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&size_text(*bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = u64;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a size such as \"1GiB\" or \"512MiB\", or a number of bytes")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+                parse_size(v).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+                Ok(v)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+                u64::try_from(v).map_err(|_| E::custom(format!("a size cannot be negative: {v}")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// [`serde_size`] for a setting that may be absent.
+pub mod serde_opt_size {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(b) => super::serde_size::serialize(b, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrapped(#[serde(with = "super::serde_size")] u64);
+        Option::<Wrapped>::deserialize(d).map(|w| w.map(|w| w.0))
+    }
+}
+
 /// [`serde_duration`] for a setting that may be absent.
 pub mod serde_opt_duration {
     use serde::{Deserialize, Deserializer, Serializer};

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use baton_core::scheduler::{PlanOptions, plan_with};
 use baton_core::{
-    DepKind, Dependency, Gpu, GpuRequest, JobId, JobState, Millis, PendingJob, RunningJob,
+    DepKind, Dependency, Gpu, JobId, JobState, Millis, PendingJob, ResourceRequest, RunningJob,
 };
 use proptest::prelude::*;
 
@@ -43,9 +43,9 @@ fn world() -> impl Strategy<Value = World> {
                 for k in 0..size {
                     let (count, shared) = reqs.next().unwrap_or((1, false));
                     let request = if shared {
-                        GpuRequest::shared(count.max(1), 30 * GIB)
+                        ResourceRequest::shared(count.max(1), 30 * GIB)
                     } else {
-                        GpuRequest::whole(count)
+                        ResourceRequest::whole(count)
                     };
                     let deps = if chained && k > 0 {
                         vec![Dependency {
@@ -73,7 +73,7 @@ fn world() -> impl Strategy<Value = World> {
                     JobId(next),
                     priority,
                     next as Millis,
-                    GpuRequest::whole(count),
+                    ResourceRequest::whole(count),
                     limited.then_some(30_000),
                     vec![],
                 ));
@@ -144,7 +144,7 @@ proptest! {
         for _step in 0..200 {
             if pending.iter().all(|p| {
                 // Whatever can never fit is not expected to run.
-                let gang: Vec<GpuRequest> = match p.gang {
+                let gang: Vec<ResourceRequest> = match p.gang {
                     Some(g) => pending.iter().filter(|q| q.gang == Some(g)).map(|q| q.request).collect(),
                     None => vec![p.request],
                 };
@@ -194,7 +194,7 @@ proptest! {
         let stuck: Vec<&PendingJob> = pending
             .iter()
             .filter(|p| {
-                let gang: Vec<GpuRequest> = match p.gang {
+                let gang: Vec<ResourceRequest> = match p.gang {
                     Some(g) => pending.iter().filter(|q| q.gang == Some(g)).map(|q| q.request).collect(),
                     None => vec![p.request],
                 };

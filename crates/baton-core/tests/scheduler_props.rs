@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use baton_core::placement::Occupancy;
 use baton_core::{
-    DepKind, Dependency, Gpu, GpuRequest, JobId, JobState, Millis, PendingJob, RunningJob,
+    DepKind, Dependency, Gpu, JobId, JobState, Millis, PendingJob, ResourceRequest, RunningJob,
     earliest_start, plan,
 };
 use proptest::prelude::*;
@@ -15,10 +15,10 @@ const GIB: u64 = 1 << 30;
 const MIN: Millis = 60_000;
 const NOW: Millis = 1_000 * MIN;
 
-fn request() -> impl Strategy<Value = GpuRequest> {
+fn request() -> impl Strategy<Value = ResourceRequest> {
     prop_oneof![
-        (0u32..=4).prop_map(GpuRequest::whole),
-        (1u32..=3, 5u64..=80).prop_map(|(n, g)| GpuRequest::shared(n, g * GIB)),
+        (0u32..=4).prop_map(ResourceRequest::whole),
+        (1u32..=3, 5u64..=80).prop_map(|(n, g)| ResourceRequest::shared(n, g * GIB)),
     ]
 }
 
@@ -184,8 +184,8 @@ proptest! {
             }
             after.push(as_running(job, &s.gpus));
         }
-        let t0 = earliest_start(&w.gpus, &before, &head.request);
-        let t1 = earliest_start(&w.gpus, &after, &head.request);
+        let t0 = earliest_start(&Occupancy::new(&w.gpus), &before, &head.request);
+        let t1 = earliest_start(&Occupancy::new(&w.gpus), &after, &head.request);
         match t0 {
             Some(t0) => prop_assert!(matches!(t1, Some(t1) if t1 <= t0),
                 "head job {} reserved at {} but after backfill {:?}", head.id, t0, t1),

@@ -22,6 +22,104 @@ pub struct Settings {
     pub retries: RetrySettings,
     /// What the users of a shared (`--system`) daemon may ask for (`[limits]`).
     pub limits: LimitSettings,
+    /// The cores and memory jobs may take, and what a job asks for by default (`[resources]`).
+    pub resources: ResourceSettings,
+}
+
+/// `[resources]`: this machine's cores and memory as resources jobs ask for, like GPUs. Each
+/// job takes `--cpus` cores (default `default_cpus`) and `--mem` memory (default
+/// `default_memory`: none), and a job starts only when they are free, so CPU-only jobs queue
+/// instead of all starting at once.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResourceSettings {
+    /// The cores jobs may use (default: the cores this daemon may run on).
+    pub cpus: Option<u32>,
+    /// The memory jobs may use (default: the machine's, `MemTotal`).
+    #[serde(with = "baton_core::units::serde_opt_size")]
+    pub memory: Option<u64>,
+    /// Cores kept for the system, taken off `cpus`.
+    pub reserve_cpus: u32,
+    /// Memory kept for the system, taken off `memory`.
+    #[serde(with = "baton_core::units::serde_size")]
+    pub reserve_memory: u64,
+    /// The cores a job takes when it does not say.
+    pub default_cpus: u32,
+    /// The memory a job takes when it does not say (default: none reserved).
+    #[serde(with = "baton_core::units::serde_opt_size")]
+    pub default_memory: Option<u64>,
+}
+
+impl Default for ResourceSettings {
+    fn default() -> Self {
+        ResourceSettings {
+            cpus: None,
+            memory: None,
+            reserve_cpus: 0,
+            reserve_memory: 0,
+            default_cpus: 1,
+            default_memory: None,
+        }
+    }
+}
+
+/// What the daemon gives jobs, decided at startup from `[resources]`, `serve --cpus/--memory`
+/// and the machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostResources {
+    /// The cores and memory jobs may take, in all.
+    pub capacity: baton_core::model::NodeCapacity,
+    /// What a job takes when it does not say.
+    pub default_cpus: u32,
+    pub default_mem: u64,
+}
+
+impl ResourceSettings {
+    /// The capacity: `cpus`/`memory` (from the flags, else the file, else `detected`) less what
+    /// is kept for the system. Fails when nothing would be left for jobs.
+    pub fn host(
+        &self,
+        cpus: Option<u32>,
+        memory: Option<u64>,
+        detected: (u32, u64),
+    ) -> Result<HostResources, String> {
+        let all_cpus = cpus.or(self.cpus).unwrap_or(detected.0);
+        let all_mem = memory.or(self.memory).unwrap_or(detected.1);
+        let cpus = all_cpus.saturating_sub(self.reserve_cpus);
+        let mem = all_mem.saturating_sub(self.reserve_memory);
+        if cpus == 0 {
+            return Err(format!(
+                "[resources] leaves no core for jobs: {all_cpus} in all, reserve_cpus = {}",
+                self.reserve_cpus
+            ));
+        }
+        if mem == 0 {
+            return Err(format!(
+                "[resources] leaves no memory for jobs: {} in all, reserve_memory = {}",
+                baton_core::units::format_size(all_mem),
+                baton_core::units::format_size(self.reserve_memory)
+            ));
+        }
+        Ok(HostResources {
+            capacity: baton_core::model::NodeCapacity { node: 0, cpus, mem },
+            default_cpus: self.default_cpus,
+            default_mem: self.default_memory.unwrap_or(0),
+        })
+    }
+}
+
+/// This machine's cores (those this process may run on) and memory (`MemTotal`).
+pub fn detect_host() -> (u32, u64) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(u64::MAX, |kib| kib * 1024);
+    (cpus, mem)
 }
 
 /// `[limits]`: on a shared daemon (`baton serve --system`), what users other than root and the
@@ -212,6 +310,12 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             message: "[limits] admins: a user name may not be empty".into(),
         });
     }
+    if settings.resources.default_cpus == 0 {
+        return Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: "[resources] default_cpus must be at least 1".into(),
+        });
+    }
     let r = &settings.retries;
     if r.delay < 0 || r.max_delay < r.delay {
         return Err(ConfigError::Invalid {
@@ -312,6 +416,50 @@ mod tests {
             err.starts_with("config.toml:2:") && err.contains("sim_gpu"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn resources_come_from_the_machine_less_what_is_kept() {
+        let r = parse_str("").unwrap().resources;
+        let host = r.host(None, None, (16, 64 << 30)).unwrap();
+        assert_eq!(
+            (
+                host.capacity.cpus,
+                host.capacity.mem,
+                host.default_cpus,
+                host.default_mem
+            ),
+            (16, 64 << 30, 1, 0)
+        );
+        let r = parse_str(
+            "[resources]\ncpus = 12\nreserve_cpus = 2\nreserve_memory = \"4GiB\"\n\
+             default_cpus = 2\ndefault_memory = \"1GiB\"\n",
+        )
+        .unwrap()
+        .resources;
+        let host = r.host(None, None, (16, 64 << 30)).unwrap();
+        assert_eq!(
+            (
+                host.capacity.cpus,
+                host.capacity.mem,
+                host.default_cpus,
+                host.default_mem
+            ),
+            (10, 60 << 30, 2, 1 << 30)
+        );
+        // The flags win over the file.
+        let host = r.host(Some(4), Some(8 << 30), (16, 64 << 30)).unwrap();
+        assert_eq!((host.capacity.cpus, host.capacity.mem), (2, 4 << 30));
+        let err = r.host(Some(2), None, (16, 64 << 30)).unwrap_err();
+        assert!(err.contains("no core for jobs"), "{err}");
+        let err = parse_str("[resources]\ndefault_cpus = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("default_cpus"), "{err}");
+        let err = parse_str("[resources]\nmemory = \"lots\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("config.toml:2:"), "{err}");
     }
 
     #[test]

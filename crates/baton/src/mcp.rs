@@ -117,6 +117,13 @@ struct SubmitJobArgs {
     /// Memory needed on each GPU, e.g. "20GiB": lets small jobs share a GPU.
     #[serde(default)]
     gpu_mem: Option<String>,
+    /// CPU cores to reserve (default 1): the job waits until they are free.
+    #[serde(default)]
+    cpus: Option<u32>,
+    /// The machine's memory to reserve, e.g. "8GiB" (default none); the job is killed if it
+    /// uses more.
+    #[serde(default)]
+    mem: Option<String>,
     /// A short name shown in the queue and the report (default: the program's name).
     #[serde(default)]
     name: Option<String>,
@@ -325,7 +332,7 @@ impl BatonTools {
 
     #[tool(
         description = "Queue a DAG workflow (YAML: name, atomic, tasks with command, gpus, \
-        gpu_mem, time_limit, after, retries, env, cwd). Checked whole first: errors name the \
+        gpu_mem, cpus, mem, time_limit, after, retries, env, cwd). Checked whole first: errors name the \
         line and column, and nothing is queued. Each task runs as a job and its report wakes \
         you when it ends, as for submit_job: do not poll. `atomic: true` reserves the GPUs of \
         all tasks at once or waits.",
@@ -721,6 +728,10 @@ impl BatonTools {
             Some(text) => Some(parse_size(text).map_err(|e| format!("gpu_mem: {e}"))?),
             None => None,
         };
+        let mem = match &args.mem {
+            Some(text) => Some(parse_size(text).map_err(|e| format!("mem: {e}"))?),
+            None => None,
+        };
         let time_limit_ms = match &args.time_limit {
             Some(text) => Some(parse_duration(text).map_err(|e| format!("time_limit: {e}"))?),
             None => None,
@@ -735,6 +746,8 @@ impl BatonTools {
             name: args.name,
             gpus: args.gpus.unwrap_or(0),
             gpu_mem,
+            cpus: args.cpus,
+            mem,
             priority: args.priority.unwrap_or(0),
             after: args.after,
             after_any: args.after_any,

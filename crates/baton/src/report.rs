@@ -102,6 +102,10 @@ pub fn build(
         ended_at: job.ended_at().unwrap_or(job.submitted_at),
         time_limit: job.time_limit,
         oom_killed: job.attempt() > 0 && executor::oom_killed(files, job.attempt()),
+        memory_exceeded: job.attempt() > 0
+            && files
+                .exit_of(job.attempt())
+                .is_some_and(|e| e.memory_exceeded.is_some()),
         gpu_sample_interval_ms: sample_interval,
         stdout_path: files.stdout().display().to_string(),
         stderr_path: files.stderr().display().to_string(),

@@ -141,6 +141,45 @@ fn an_environment_that_is_not_all_text_still_submits() {
     assert_eq!(b.run(&["logs", &id.to_string()]).expect(0).stdout, "kept\n");
 }
 
+/// At a terminal, `wait` shows how long it has waited and each state as it changes (the daemon
+/// answers at each change, so the line is redrawn without polling).
+#[test]
+fn waits_spinner_shows_the_state_and_the_time_waited() {
+    let b = Baton::start(1);
+    let gate = b.submit_sh(&[], &common::wait_for_file("go"));
+    let id = b.submit_sh(&["--gpus", "1", "--after", &gate.to_string()], "sleep 1.5");
+    let wait = format!("{} wait {id}", common::BIN);
+    // `script` gives the command a terminal; what it drew is in its output.
+    // The environment the tests give every baton command.
+    let cmd = b.cmd(["--version"]);
+    let mut script = std::process::Command::new("script");
+    script.args(["-qec", &wait, "/dev/null"]);
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => script.env(k, v),
+            None => script.env_remove(k),
+        };
+    }
+    script
+        .current_dir(&b.work)
+        .stdin(std::process::Stdio::null());
+    let child = script
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run script");
+    b.wait_reason(id);
+    b.touch("go");
+    let out = child.wait_with_output().unwrap();
+    let drawn = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{drawn}");
+    assert!(drawn.contains(&format!("for job {id} (queued)")), "{drawn}");
+    assert!(
+        drawn.contains(&format!("for job {id} (running)")),
+        "{drawn}"
+    );
+    assert!(drawn.contains("waiting 00:00:0"), "{drawn}");
+}
+
 /// What a new user reads cannot be misread: an empty `status --all` does not suggest `--all`,
 /// `stats` over everything does not start in 1970, and `logs` of a job still queued says it has
 /// not started instead of printing nothing.

@@ -68,6 +68,48 @@ fn max_concurrency(spans: &[Span]) -> usize {
 }
 
 #[test]
+fn cpu_only_jobs_run_as_many_at_once_as_there_are_cores() {
+    let mut b = Baton::unstarted();
+    b.serve_with(&["serve", "--sim-gpus", "0", "--cpus", "3", "--grace", "1s"]);
+    // All eight wait on one gate job (which takes one of the cores), so they become eligible
+    // in the same pass: without a limit they would all start in the same millisecond.
+    let gate = b.submit_sh(&["--name", "gate"], &wait_for_file("go"));
+    let gate_arg = gate.to_string();
+    let ids: Vec<u64> = (0..8)
+        .map(|i| {
+            let cpus = if i == 0 { "2" } else { "1" };
+            b.submit_sh(
+                &["--cpus", cpus, "--after", &gate_arg],
+                &recorded("sleep 0.3"),
+            )
+        })
+        .collect();
+    b.wait_running(gate);
+    let reason = b.wait_reason(ids[0]);
+    assert!(reason.starts_with("dependency"), "{reason}");
+    b.touch("go");
+    // The first holds two cores, so one other runs beside it, and the rest wait for cores.
+    let job = b.wait_running(ids[0]);
+    assert_eq!(job["cpus"], 2, "{job:#}");
+    let reason = b.wait_reason(ids[7]);
+    assert!(
+        reason.starts_with("resources: needs 1 CPU, 0 of 3 free"),
+        "{reason}"
+    );
+    b.wait_ok(&ids);
+    let spans: Vec<Span> = ids.iter().map(|&id| span(&b, id)).collect();
+    let most = max_concurrency(&spans);
+    assert!(most <= 3, "{most} jobs ran at once on 3 cores: {spans:#?}");
+    assert!(most >= 2, "the cores were not used: {spans:#?}");
+    let first = &spans[0];
+    let beside = spans[1..].iter().filter(|s| overlap(first, s)).count();
+    assert!(
+        beside <= 1,
+        "{beside} one-core jobs ran beside the two-core one"
+    );
+}
+
+#[test]
 fn whole_gpu_jobs_never_share_a_gpu() {
     let b = Baton::start(4);
     // All twelve wait on one gate job, so they become eligible in the same scheduling pass.

@@ -19,6 +19,8 @@ pub struct AttemptExit {
     pub error: Option<String>,
     /// When it ended (0: not recorded).
     pub ended_at: Millis,
+    /// It was killed for using more than the memory it reserved (this many bytes).
+    pub memory_exceeded: Option<u64>,
 }
 
 /// The facts about a job that its ending depends on.
@@ -50,6 +52,14 @@ pub fn attempt_ending(job: JobFacts<'_>, exit: Option<&AttemptExit>, now: Millis
         (Outcome::Failed, format!("could not start: {err}"))
     } else if exit.exit.code == Some(0) {
         (Outcome::Succeeded, String::new())
+    } else if let Some(limit) = exit.memory_exceeded {
+        (
+            Outcome::Failed,
+            format!(
+                "exceeded its {} memory request (killed)",
+                crate::units::format_size(limit)
+            ),
+        )
     } else if let Some(sig) = exit.exit.signal {
         (
             Outcome::Failed,

@@ -238,6 +238,15 @@ fn exits_end_attempts_as_the_supervisor_says() {
     assert_eq!((e.outcome, e.reason, e.at), (Outcome::Succeeded, None, 7));
     let e = attempt_ending(facts(1, 0), Some(&exit(None, Some(9), none)), 9);
     assert_eq!(e.reason.as_deref(), Some("killed by signal 9 (SIGKILL)"));
+    let over: fn(&mut AttemptExit) = |e| e.memory_exceeded = Some(8 << 30);
+    let e = attempt_ending(facts(1, 0), Some(&exit(None, Some(9), over)), 9);
+    assert_eq!(
+        (e.outcome, e.reason.as_deref()),
+        (
+            Outcome::Failed,
+            Some("exceeded its 8 GiB memory request (killed)")
+        )
+    );
     let e = attempt_ending(
         facts(1, 0),
         Some(&exit(None, Some(15), |e| e.timed_out = true)),

@@ -152,6 +152,11 @@ fn find_cause(facts: &JobFacts, reason: Option<&str>, output: &OutputSummary) ->
     }
     // What the cluster scheduler says it did outranks what the output suggests.
     match facts.scheduler_state.as_deref() {
+        Some("OUT_OF_MEMORY") if facts.request.mem > 0 => {
+            return Some(Cause::MemoryLimit {
+                limit: facts.request.mem,
+            });
+        }
         Some("OUT_OF_MEMORY") => return Some(Cause::SchedulerOom),
         Some("NODE_FAIL") => {
             return Some(Cause::NodeFailure {
@@ -166,6 +171,11 @@ fn find_cause(facts: &JobFacts, reason: Option<&str>, output: &OutputSummary) ->
     {
         return Some(Cause::LaunchFailed {
             message: message.to_string(),
+        });
+    }
+    if facts.memory_exceeded && facts.request.mem > 0 {
+        return Some(Cause::MemoryLimit {
+            limit: facts.request.mem,
         });
     }
     // 137 = 128 + SIGKILL, when a shell between us and the process reported the kill.
@@ -307,6 +317,10 @@ fn cause_summary(cause: &Cause, quote: &dyn Fn(&str) -> String) -> String {
         Cause::DependencyFailed => "dependency failed".to_string(),
         Cause::LaunchFailed { message } => quote(message),
         Cause::KernelOom => "killed by the kernel OOM killer (out of host memory)".to_string(),
+        Cause::MemoryLimit { limit } => format!(
+            "exceeded its {} memory request",
+            crate::units::format_size(*limit)
+        ),
         Cause::CudaOom { .. } => "CUDA out of memory".to_string(),
         Cause::Nccl { line } => format!("NCCL/distributed error: {}", quote(line)),
         Cause::NonFiniteLoss { line } => format!("the loss became NaN/inf: {}", quote(line)),

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::GpuUsage;
-use crate::model::GpuRequest;
+use crate::model::ResourceRequest;
 use crate::units::format_size;
 
 /// A GPU that peaked at or below this utilisation and held less than [`UNUSED_MEM`] was not
@@ -42,7 +42,7 @@ pub struct Efficiency {
 
 /// The efficiency of a job that held `request` and was sampled as `gpus`; `None` when the
 /// monitor has no samples of it.
-pub fn efficiency(gpus: &[GpuUsage], request: &GpuRequest) -> Option<Efficiency> {
+pub fn efficiency(gpus: &[GpuUsage], request: &ResourceRequest) -> Option<Efficiency> {
     let sampled: Vec<&GpuUsage> = gpus.iter().filter(|g| g.samples > 0).collect();
     if sampled.is_empty() {
         return None;
@@ -151,14 +151,14 @@ mod tests {
     fn no_samples_no_efficiency() {
         let mut g = gpu(0, 50.0, 90.0, GIB);
         g.samples = 0;
-        assert_eq!(efficiency(&[g], &GpuRequest::whole(1)), None);
+        assert_eq!(efficiency(&[g], &ResourceRequest::whole(1)), None);
     }
 
     #[test]
     fn a_busy_job_gets_figures_and_no_suggestion() {
         let e = efficiency(
             &[gpu(0, 85.0, 99.0, 70 * GIB), gpu(1, 80.0, 98.0, 71 * GIB)],
-            &GpuRequest::whole(2),
+            &ResourceRequest::whole(2),
         )
         .unwrap();
         assert_eq!(e.mean_util_pct, Some(82.5));
@@ -171,7 +171,7 @@ mod tests {
     fn an_unused_gpu_and_small_memory_suggest_a_smaller_request() {
         let e = efficiency(
             &[gpu(0, 60.0, 95.0, 9 * GIB), gpu(1, 0.0, 0.0, 0)],
-            &GpuRequest::whole(2),
+            &ResourceRequest::whole(2),
         )
         .unwrap();
         assert_eq!(e.unused_gpus, [1]);
@@ -190,14 +190,14 @@ mod tests {
 
     #[test]
     fn a_job_that_mostly_waited_is_told_so() {
-        let e = efficiency(&[gpu(0, 3.0, 40.0, 60 * GIB)], &GpuRequest::whole(1)).unwrap();
+        let e = efficiency(&[gpu(0, 3.0, 40.0, 60 * GIB)], &ResourceRequest::whole(1)).unwrap();
         assert_eq!(e.suggested_request, None);
         assert!(e.note.unwrap().contains("averaged 3 %"));
     }
 
     #[test]
     fn a_memory_sized_request_is_compared_with_what_it_asked() {
-        let req = GpuRequest::shared(1, 40 * GIB);
+        let req = ResourceRequest::shared(1, 40 * GIB);
         let e = efficiency(&[gpu(0, 70.0, 90.0, 10 * GIB)], &req).unwrap();
         assert_eq!(e.suggested_request.as_deref(), Some("--gpu-mem 13GiB"));
         // Close to what it asked: nothing to say.
@@ -209,7 +209,7 @@ mod tests {
     fn a_job_that_used_none_of_its_gpus_is_told_to_run_without() {
         for count in [1, 2] {
             let gpus: Vec<GpuUsage> = (0..count).map(|i| gpu(i, 0.0, 0.0, 0)).collect();
-            let e = efficiency(&gpus, &GpuRequest::whole(count)).unwrap();
+            let e = efficiency(&gpus, &ResourceRequest::whole(count)).unwrap();
             assert_eq!(e.unused_gpus.len(), count as usize);
             assert_eq!(e.suggested_request.as_deref(), Some("--gpus 0"));
             let note = e.note.unwrap();
@@ -218,7 +218,7 @@ mod tests {
         // A few hundred MiB of context on each, and idle: still unused.
         let e = efficiency(
             &[gpu(0, 0.2, 1.0, 300 << 20), gpu(1, 0.0, 0.0, 300 << 20)],
-            &GpuRequest::whole(2),
+            &ResourceRequest::whole(2),
         )
         .unwrap();
         assert_eq!(e.suggested_request.as_deref(), Some("--gpus 0"));
@@ -230,14 +230,18 @@ mod tests {
                 gpu(2, 0.0, 0.0, 0),
                 gpu(3, 70.0, 99.0, 70 * GIB),
             ],
-            &GpuRequest::whole(4),
+            &ResourceRequest::whole(4),
         )
         .unwrap();
         assert_eq!(e.suggested_request.as_deref(), Some("--gpus 3"));
         // One GPU not sampled: it may have been the busy one, so no advice on the count.
         let mut unsampled = gpu(1, 0.0, 0.0, 0);
         unsampled.samples = 0;
-        let e = efficiency(&[gpu(0, 0.0, 0.0, 0), unsampled], &GpuRequest::whole(2)).unwrap();
+        let e = efficiency(
+            &[gpu(0, 0.0, 0.0, 0), unsampled],
+            &ResourceRequest::whole(2),
+        )
+        .unwrap();
         assert_eq!(e.suggested_request, None);
     }
 
@@ -247,7 +251,7 @@ mod tests {
         g.samples = 2;
         let mut h = gpu(1, 50.0, 90.0, 2 * GIB);
         h.samples = 2;
-        let e = efficiency(&[g, h], &GpuRequest::whole(2)).unwrap();
+        let e = efficiency(&[g, h], &ResourceRequest::whole(2)).unwrap();
         assert_eq!((e.suggested_request, e.note), (None, None));
     }
 }

@@ -191,6 +191,11 @@ fn cause_line(r: &Report, cause: &Cause, b: &Budget) -> String {
         Cause::KernelOom => {
             "the kernel OOM killer killed it (host memory ran out, not GPU memory)".to_string()
         }
+        Cause::MemoryLimit { limit } => format!(
+            "it used more of the machine's memory than the {} it reserved and was killed \
+             (host memory, not GPU memory); ask for more with `--mem`, or use less",
+            crate::units::format_size(*limit)
+        ),
         Cause::SchedulerOom => "the cluster scheduler killed it at its memory limit \
                                 (host memory, not GPU memory; ask for more with the scheduler's \
                                 memory option)"

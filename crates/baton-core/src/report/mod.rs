@@ -31,7 +31,7 @@ mod tests;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{GpuRequest, JobState, Millis};
+use crate::model::{JobState, Millis, ResourceRequest};
 
 pub use cause::build;
 pub use efficiency::{Efficiency, efficiency};
@@ -156,7 +156,7 @@ pub struct JobFacts {
     pub gpus: Vec<u32>,
     /// What it asked for (the report compares it with what it used).
     #[serde(default)]
-    pub request: GpuRequest,
+    pub request: ResourceRequest,
     /// The cluster scheduler's final state for it, when a scheduler ran it (Slurm's
     /// `OUT_OF_MEMORY`, `NODE_FAIL`, `PREEMPTED`, ...), and the nodes it ran on.
     #[serde(default)]
@@ -171,6 +171,10 @@ pub struct JobFacts {
     pub time_limit: Option<Millis>,
     /// The daemon saw the kernel OOM killer act during the run.
     pub oom_killed: bool,
+    /// It was killed for using more of the machine's memory than it reserved (`--mem`, which
+    /// is `request.mem`).
+    #[serde(default)]
+    pub memory_exceeded: bool,
     /// How often the GPU monitor samples: a job shorter than this may have no samples at all,
     /// and the report says so rather than just "no samples".
     #[serde(default)]
@@ -217,6 +221,11 @@ pub enum Cause {
         message: String,
     },
     KernelOom,
+    /// Killed for using more of the machine's memory than it reserved (`--mem`), by its
+    /// cgroup's limit, the supervisor's watch, or the cluster scheduler.
+    MemoryLimit {
+        limit: u64,
+    },
     CudaOom {
         line: String,
     },

@@ -28,7 +28,7 @@ fn facts(state: JobState) -> JobFacts {
         ],
         cwd: "/home/alice/proj".into(),
         gpus: vec![0],
-        request: crate::model::GpuRequest::whole(1),
+        request: crate::model::ResourceRequest::whole(1),
         scheduler_state: None,
         nodes: None,
         attempts: 1,
@@ -38,6 +38,7 @@ fn facts(state: JobState) -> JobFacts {
         ended_at: STARTED + TWO_H_13_M,
         time_limit: None,
         oom_killed: false,
+        memory_exceeded: false,
         gpu_sample_interval_ms: Some(5_000),
         stdout_path: "/home/alice/.local/share/baton/jobs/42/stdout".into(),
         stderr_path: "/home/alice/.local/share/baton/jobs/42/stderr".into(),
@@ -384,6 +385,21 @@ fn kernel_oom() {
     f.oom_killed = true;
     let (r, md) = report(&f, &scan(b"loading shards 3/8\n", b""));
     assert_eq!(r.cause, Some(Cause::KernelOom));
+    {
+        // Killed at its own reservation: that, not the machine running out, is the cause.
+        let mut f = facts(JobState::Failed);
+        f.exit_code = None;
+        f.signal = Some(9);
+        f.memory_exceeded = true;
+        f.request = f.request.with_host(1, 8 << 30);
+        let (r, md) = report(&f, &scan(b"", b""));
+        assert_eq!(r.cause, Some(Cause::MemoryLimit { limit: 8 << 30 }));
+        assert_eq!(
+            r.headline,
+            "job 42 \"sweep-lr3\" failed after 2h13m: exceeded its 8 GiB memory request"
+        );
+        assert!(md.contains("ask for more with `--mem`"), "{md}");
+    }
     assert_eq!(
         r.headline,
         "job 42 \"sweep-lr3\" failed after 2h13m: killed by the kernel OOM killer (out of host memory)"
@@ -1027,6 +1043,10 @@ fn a_cluster_schedulers_verdict_is_the_cause() {
     f.scheduler_state = Some("OUT_OF_MEMORY".into());
     let md = build(&f, &OutputScanner::new().finish(), &[], &[]).to_markdown();
     assert!(md.contains("memory limit"), "{md}");
+    // With `--mem`, the limit Slurm enforced is the job's own reservation.
+    f.request = f.request.with_host(1, 4 << 30);
+    let r = build(&f, &OutputScanner::new().finish(), &[], &[]);
+    assert_eq!(r.cause, Some(Cause::MemoryLimit { limit: 4 << 30 }));
 }
 
 /// A SyntaxError Python prints before running anything: the quoted source line holds `loss=`
@@ -1140,7 +1160,7 @@ fn a_job_that_used_none_of_its_gpus_is_told_to_run_cpu_only() {
     };
     let mut f = facts(JobState::Succeeded);
     f.gpus = vec![0, 1];
-    f.request = crate::model::GpuRequest::whole(2);
+    f.request = crate::model::ResourceRequest::whole(2);
     let r = build(&f, &scan(b"done\n", b""), &[idle(0), idle(1)], &[]);
     let md = r.to_markdown();
     assert_safe(&md);

@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::GpuRequest;
+use crate::model::ResourceRequest;
 
 use super::Cluster;
 
 /// A request as a map key: (GPUs, memory per GPU when shared).
 pub(crate) type RequestKey = (u32, Option<u64>);
 
-pub(crate) fn key(req: &GpuRequest) -> RequestKey {
+pub(crate) fn key(req: &ResourceRequest) -> RequestKey {
     (req.count, req.mem_per_gpu)
 }
 
@@ -34,7 +34,7 @@ impl Slots {
         }
     }
 
-    pub(crate) fn hold(&mut self, gpus: &[u32], req: &GpuRequest) {
+    pub(crate) fn hold(&mut self, gpus: &[u32], req: &ResourceRequest) {
         for &g in gpus {
             let g = g as usize;
             self.holders[g] += 1;
@@ -45,7 +45,7 @@ impl Slots {
         }
     }
 
-    pub(crate) fn release(&mut self, gpus: &[u32], req: &GpuRequest) {
+    pub(crate) fn release(&mut self, gpus: &[u32], req: &ResourceRequest) {
         for &g in gpus {
             let g = g as usize;
             self.holders[g] -= 1;
@@ -68,7 +68,7 @@ impl Slots {
         }
     }
 
-    fn admits(&self, g: usize, req: &GpuRequest) -> bool {
+    fn admits(&self, g: usize, req: &ResourceRequest) -> bool {
         match req.mem_per_gpu {
             None => self.holders[g] == 0,
             Some(mem) => !self.exclusive[g] && self.memory - self.mem_used[g] >= mem,
@@ -107,7 +107,11 @@ impl Slots {
             if count == 0 {
                 continue;
             }
-            let req = GpuRequest { count, mem_per_gpu };
+            let req = ResourceRequest {
+                count,
+                mem_per_gpu,
+                ..Default::default()
+            };
             let mut s = 0.0;
             for node in 0..n / per_node {
                 let range = node * per_node..(node + 1) * per_node;
@@ -141,12 +145,12 @@ mod tests {
             gpus_per_node: 2,
             gpu_memory: 80 * GIB,
         });
-        let whole = |n| key(&GpuRequest::whole(n));
+        let whole = |n| key(&ResourceRequest::whole(n));
         // No workload: undefined.
         assert_eq!(s.fragmentation(&BTreeMap::new()), None);
         // One GPU of each node busy: 2 GPUs free, one per node.
-        s.hold(&[0], &GpuRequest::whole(1));
-        s.hold(&[2], &GpuRequest::whole(1));
+        s.hold(&[0], &ResourceRequest::whole(1));
+        s.hold(&[2], &ResourceRequest::whole(1));
         // A 2-GPU job fits on no node: all free capacity is stranded for it.
         assert_eq!(s.fragmentation(&BTreeMap::from([(whole(2), 1)])), Some(1.0));
         // A 1-GPU job can use both.
@@ -162,21 +166,21 @@ mod tests {
             Some(1.0)
         );
         // A shared job on GPU 1 using a quarter: free = 0.75 (GPU 1) + 1 (GPU 3) = 1.75.
-        let quarter = GpuRequest::shared(1, 20 * GIB);
+        let quarter = ResourceRequest::shared(1, 20 * GIB);
         s.hold(&[1], &quarter);
         // A whole-GPU job fits only on node 1: GPU 1's 0.75 is stranded for it.
         let f = s.fragmentation(&BTreeMap::from([(whole(1), 1)])).unwrap();
         assert!((f - 0.75 / 1.75).abs() < 1e-12, "{f}");
         // A half-GPU shared job can use both.
-        let half = key(&GpuRequest::shared(1, 40 * GIB));
+        let half = key(&ResourceRequest::shared(1, 40 * GIB));
         assert_eq!(s.fragmentation(&BTreeMap::from([(half, 1)])), Some(0.0));
         s.release(&[1], &quarter);
-        s.release(&[0], &GpuRequest::whole(1));
-        s.release(&[2], &GpuRequest::whole(1));
+        s.release(&[0], &ResourceRequest::whole(1));
+        s.release(&[2], &ResourceRequest::whole(1));
         assert_eq!(s.fragmentation(&BTreeMap::from([(whole(2), 1)])), Some(0.0));
         // Everything held whole: nothing free, undefined.
-        s.hold(&[0, 1], &GpuRequest::whole(2));
-        s.hold(&[2, 3], &GpuRequest::whole(2));
+        s.hold(&[0, 1], &ResourceRequest::whole(2));
+        s.hold(&[2, 3], &ResourceRequest::whole(2));
         assert_eq!(s.fragmentation(&BTreeMap::from([(whole(1), 1)])), None);
     }
 }

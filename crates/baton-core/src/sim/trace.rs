@@ -15,7 +15,7 @@
 //!
 //! Anything else that does not parse is an error naming the line (1-based, the header is line 1).
 
-use crate::model::{GpuRequest, Millis};
+use crate::model::{Millis, ResourceRequest};
 
 /// The columns the reader needs.
 pub const REQUIRED_COLUMNS: [&str; 6] = [
@@ -50,13 +50,13 @@ impl TraceJob {
     }
 
     /// What it asks of GPUs with `gpu_memory` bytes each.
-    pub fn request(&self, gpu_memory: u64) -> GpuRequest {
+    pub fn request(&self, gpu_memory: u64) -> ResourceRequest {
         if self.is_shared() {
             // Rounded up so that shares summing to a whole GPU still fit on one.
             let mem = (u128::from(gpu_memory) * u128::from(self.gpu_milli)).div_ceil(1000);
-            GpuRequest::shared(self.gpus, mem as u64)
+            ResourceRequest::shared(self.gpus, mem as u64)
         } else {
-            GpuRequest::whole(self.gpus)
+            ResourceRequest::whole(self.gpus)
         }
     }
 
@@ -278,15 +278,15 @@ openb-pod-0004,6000,12288,0,0,,BE,Succeeded,5,35.5,6
         );
         let pod0 = &t.jobs[0];
         assert_eq!((pod0.arrival, pod0.run_time, pod0.line), (0, 100_000, 2));
-        assert_eq!(pod0.request(80 * GIB), GpuRequest::whole(1));
+        assert_eq!(pod0.request(80 * GIB), ResourceRequest::whole(1));
         let pod4 = &t.jobs[1];
         assert_eq!((pod4.arrival, pod4.run_time), (5_000, 29_500));
-        assert_eq!(pod4.request(80 * GIB), GpuRequest::whole(0));
+        assert_eq!(pod4.request(80 * GIB), ResourceRequest::whole(0));
         assert_eq!(pod4.gpu_amount(), 0.0);
         let pod1 = &t.jobs[2];
         assert_eq!((pod1.arrival, pod1.run_time), (10_000, 50_000));
         assert!(pod1.is_shared());
-        assert_eq!(pod1.request(1000), GpuRequest::shared(1, 460));
+        assert_eq!(pod1.request(1000), ResourceRequest::shared(1, 460));
         assert!((pod1.gpu_amount() - 0.46).abs() < 1e-12);
     }
 
@@ -301,10 +301,13 @@ scheduled_time,deletion_time,extra,creation_time,gpu_milli,num_gpu,name
         assert_eq!(t.jobs.len(), 2);
         assert_eq!(t.jobs[0].name, "b");
         assert_eq!((t.jobs[0].arrival, t.jobs[0].run_time), (1_000, 6_000));
-        assert_eq!(t.jobs[0].request(80 * GIB), GpuRequest::whole(2));
+        assert_eq!(t.jobs[0].request(80 * GIB), ResourceRequest::whole(2));
         assert_eq!(t.jobs[1].name, "a");
         assert_eq!((t.jobs[1].arrival, t.jobs[1].run_time), (2_000, 6_000));
-        assert_eq!(t.jobs[1].request(80 * GIB), GpuRequest::shared(1, 20 * GIB));
+        assert_eq!(
+            t.jobs[1].request(80 * GIB),
+            ResourceRequest::shared(1, 20 * GIB)
+        );
     }
 
     #[test]

@@ -38,7 +38,7 @@ use std::collections::{BinaryHeap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    DepKind, Dependency, GpuRequest, JobId, JobState, Millis, PendingJob, RunningJob,
+    DepKind, Dependency, JobId, JobState, Millis, PendingJob, ResourceRequest, RunningJob,
 };
 use crate::placement::Occupancy;
 use crate::scheduler::{PlanOptions, plan_with};
@@ -147,8 +147,10 @@ pub fn generate(options: &GeneratorOptions) -> Result<Vec<SyntheticWorkflow>, Si
         // Every workflow must fit the empty cluster whole (atomic admission needs it): shrink
         // the largest train task until it does.
         loop {
-            let requests: Vec<GpuRequest> =
-                tasks.iter().map(|t| GpuRequest::whole(t.gpus)).collect();
+            let requests: Vec<ResourceRequest> = tasks
+                .iter()
+                .map(|t| ResourceRequest::whole(t.gpus))
+                .collect();
             if empty.choose_all(&requests).is_some() {
                 break;
             }
@@ -317,7 +319,7 @@ impl Sim<'_> {
                         jobs[t],
                         0,
                         spec.arrival,
-                        GpuRequest::whole(task.gpus),
+                        ResourceRequest::whole(task.gpus),
                         Some(time_limit(task.duration, self.factor)),
                         deps,
                     );
@@ -346,7 +348,7 @@ impl Sim<'_> {
             job,
             0,
             self.specs[wf].arrival,
-            GpuRequest::whole(task.gpus),
+            ResourceRequest::whole(task.gpus),
             limit,
             Vec::new(),
         );
@@ -730,10 +732,10 @@ mod tests {
         );
         let empty = Occupancy::new(&options.cluster.gpus());
         for spec in &a {
-            let requests: Vec<GpuRequest> = spec
+            let requests: Vec<ResourceRequest> = spec
                 .tasks
                 .iter()
-                .map(|t| GpuRequest::whole(t.gpus))
+                .map(|t| ResourceRequest::whole(t.gpus))
                 .collect();
             assert!(empty.choose_all(&requests).is_some());
             assert!(

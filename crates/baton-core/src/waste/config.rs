@@ -9,11 +9,9 @@
 
 use std::fmt;
 
-use serde::de::{self, Visitor};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::model::Millis;
-use crate::units::parse_size;
 
 const SECOND: Millis = 1000;
 const MINUTE: Millis = 60 * SECOND;
@@ -241,46 +239,4 @@ impl WasteConfig {
 
 pub use crate::units::duration_text;
 
-/// The exact form of a size (`1GiB`, `256MiB`, or bytes), for the same reason as
-/// [`duration_text`].
-fn size_text(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [
-        (1 << 40, "TiB"),
-        (GIB, "GiB"),
-        (MIB, "MiB"),
-        (1 << 10, "KiB"),
-    ];
-    UNITS
-        .iter()
-        .find(|(unit, _)| bytes != 0 && bytes.is_multiple_of(*unit))
-        .map(|(unit, name)| format!("{}{name}", bytes / unit))
-        .unwrap_or_else(|| bytes.to_string())
-}
-
-mod size {
-    use super::*;
-
-    pub fn serialize<S: Serializer>(bytes: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&size_text(*bytes))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = u64;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a size such as \"1GiB\" or \"512MiB\", or a number of bytes")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
-                parse_size(v).map_err(E::custom)
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
-                Ok(v)
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
-                u64::try_from(v).map_err(|_| E::custom(format!("a size cannot be negative: {v}")))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
+use crate::units::serde_size as size;

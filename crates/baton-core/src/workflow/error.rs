@@ -74,9 +74,10 @@ pub enum WorkflowError {
     MissingCommand { task: String, at: Location },
     #[error("{at}: task {task}: command: the command is empty")]
     EmptyCommand { task: String, at: Location },
-    #[error("{at}: task {task}: gpu_mem: {error}")]
+    #[error("{at}: task {task}: {field}: {error}")]
     BadSize {
         task: String,
+        field: &'static str,
         error: UnitError,
         at: Location,
     },

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::input::{self, InputError};
-use crate::model::{GpuRequest, Millis};
+use crate::model::{Millis, ResourceRequest};
 use crate::units::{parse_duration, parse_size};
 
 pub use dag::{CriticalPath, Cycle, Dag, TaskNode};
@@ -68,7 +68,13 @@ pub struct TaskSpec {
     pub command: Vec<String>,
     /// `gpus` whole GPUs; with `gpu_mem`, that much memory on each of `gpus` shared GPUs (one
     /// when `gpus` is not given), as `baton submit` reads `--gpus` and `--gpu-mem`.
-    pub request: GpuRequest,
+    pub request: ResourceRequest,
+    /// Cores and the machine's memory (`cpus`, `mem`), where the task says; the daemon fills
+    /// in its defaults for the rest ([`TaskSpec::request_with`]).
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    #[serde(default)]
+    pub mem: Option<u64>,
     pub time_limit: Option<Millis>,
     /// Names of the tasks this one runs after, repeats removed.
     pub after: Vec<String>,
@@ -84,6 +90,14 @@ pub struct TaskSpec {
 }
 
 impl TaskSpec {
+    /// Its whole request: the GPUs, and its cores and memory or else these defaults.
+    pub fn request_with(&self, default_cpus: u32, default_mem: u64) -> ResourceRequest {
+        self.request.with_host(
+            self.cpus.unwrap_or(default_cpus),
+            self.mem.unwrap_or(default_mem),
+        )
+    }
+
     fn at(&self) -> Location {
         Location {
             line: self.line,
@@ -315,19 +329,35 @@ fn task_spec(name: String, raw: RawTask, at: Location) -> Result<TaskSpec, Workf
     }
     let gpus = raw.gpus.unwrap_or(0);
     let request = match raw.gpu_mem {
-        None => GpuRequest::whole(gpus),
+        None => ResourceRequest::whole(gpus),
         Some(text) => match parse_size(&text) {
             // Memory without a count means one shared GPU.
-            Ok(mem) => GpuRequest::shared(gpus.max(1), mem),
+            Ok(mem) => ResourceRequest::shared(gpus.max(1), mem),
             Err(error) => {
                 return Err(WorkflowError::BadSize {
                     task: name,
+                    field: "gpu_mem",
                     error,
                     at,
                 });
             }
         },
     };
+    let mem = match raw.mem.as_deref().map(parse_size) {
+        None => None,
+        Some(Ok(mem)) => Some(mem),
+        Some(Err(error)) => {
+            return Err(WorkflowError::BadSize {
+                task: name,
+                field: "mem",
+                error,
+                at,
+            });
+        }
+    };
+    if raw.cpus == Some(0) {
+        return Err(bad("cpus", InputError::ZeroCpus));
+    }
     let time_limit = match raw.time_limit.as_deref().map(parse_duration) {
         None => None,
         Some(Ok(ms)) => {
@@ -345,6 +375,8 @@ fn task_spec(name: String, raw: RawTask, at: Location) -> Result<TaskSpec, Workf
     Ok(TaskSpec {
         command,
         request,
+        cpus: raw.cpus,
+        mem,
         time_limit,
         after: dedup_in_order(raw.after.0),
         retries: raw.retries,

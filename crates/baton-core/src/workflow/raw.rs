@@ -36,7 +36,7 @@ pub(crate) struct RawTasks(pub Vec<(String, RawTask)>);
 #[serde(
     default,
     deny_unknown_fields,
-    expecting = "a task: a mapping with `command` and optionally gpus, gpu_mem, time_limit, after, retries, env, cwd, priority, colocate_with"
+    expecting = "a task: a mapping with `command` and optionally gpus, gpu_mem, cpus, mem, time_limit, after, retries, env, cwd, priority, colocate_with"
 )]
 pub(crate) struct RawTask {
     /// Optional here so that its absence is reported as such, at the task's line.
@@ -45,6 +45,9 @@ pub(crate) struct RawTask {
     /// Sizes and durations are read as text and parsed by `units`, whose errors say what a
     /// valid value looks like.
     pub gpu_mem: Option<String>,
+    /// Cores, and the machine's memory, as `submit --cpus/--mem`.
+    pub cpus: Option<u32>,
+    pub mem: Option<String>,
     pub time_limit: Option<String>,
     pub after: NameList,
     pub retries: u32,

@@ -32,7 +32,9 @@ fn the_design_example_parses_completely() {
     let task = |name: &str, command: &[&str], mem: u64, after: &[&str], line: usize| TaskSpec {
         name: name.into(),
         command: command.iter().map(|s| s.to_string()).collect(),
-        request: GpuRequest::shared(1, mem),
+        request: ResourceRequest::shared(1, mem),
+        cpus: None,
+        mem: None,
         time_limit: None,
         after: after.iter().map(|s| s.to_string()).collect(),
         retries: 0,
@@ -119,17 +121,17 @@ fn every_task_field_in_block_style() {
             ("RUN".to_string(), "eval".to_string())
         ])
     );
-    assert_eq!(eval.request, GpuRequest::whole(0));
+    assert_eq!(eval.request, ResourceRequest::whole(0));
     assert_eq!((eval.line, eval.column), (5, 3));
     assert_eq!(train.command, ["sh", "-c", "python train.py --epochs 3\n"]);
-    assert_eq!(train.request, GpuRequest::whole(2));
+    assert_eq!(train.request, ResourceRequest::whole(2));
     assert_eq!(train.time_limit, Some(5_400_000));
     assert_eq!((train.retries, train.priority), (1, Some(-3)));
     assert_eq!(train.cwd.as_deref(), Some("/data/runs"));
     assert_eq!(train.after, ["prep"], "repeats are dropped");
     assert_eq!(train.line, 12);
     // Memory without a count: one shared GPU, as `baton submit --gpu-mem` does.
-    assert_eq!(prep.request, GpuRequest::shared(1, 512 << 20));
+    assert_eq!(prep.request, ResourceRequest::shared(1, 512 << 20));
     assert_eq!(prep.line, 21);
     // Topological order follows the dependencies, not the order written.
     assert_eq!(spec.dag().unwrap().topological_order(), [2, 1, 0]);
@@ -147,16 +149,38 @@ fn gpu_requests_read_like_baton_submit() {
         .tasks[0]
             .request
     };
-    assert_eq!(request(""), GpuRequest::whole(0));
-    assert_eq!(request(", gpus: 3"), GpuRequest::whole(3));
-    assert_eq!(request(", gpu_mem: 8G"), GpuRequest::shared(1, 8 * GIB));
+    assert_eq!(request(""), ResourceRequest::whole(0));
+    let host = |fields: &str| {
+        parse(&file(&[
+            "name: w",
+            "tasks:",
+            &format!("  t: {{command: [x]{fields}}}"),
+        ]))
+        .map(|spec| spec.tasks[0].request_with(1, 0))
+        .map_err(|e| e.to_string())
+    };
+    assert_eq!(host(""), Ok(ResourceRequest::whole(0).with_host(1, 0)));
+    assert_eq!(
+        host(", gpus: 1, cpus: 8, mem: 32GiB"),
+        Ok(ResourceRequest::whole(1).with_host(8, 32 * GIB))
+    );
+    assert_eq!(
+        host(", mem: lots"),
+        Err("line 3, column 3: task t: mem: invalid size \"lots\": expected a number and a unit, e.g. 24GiB, 512MiB, 8G".into())
+    );
+    assert!(host(", cpus: 0").unwrap_err().contains("cpus"));
+    assert_eq!(request(", gpus: 3"), ResourceRequest::whole(3));
+    assert_eq!(
+        request(", gpu_mem: 8G"),
+        ResourceRequest::shared(1, 8 * GIB)
+    );
     assert_eq!(
         request(", gpus: 0, gpu_mem: 8G"),
-        GpuRequest::shared(1, 8 * GIB)
+        ResourceRequest::shared(1, 8 * GIB)
     );
     assert_eq!(
         request(", gpus: 2, gpu_mem: 20GiB"),
-        GpuRequest::shared(2, 20 * GIB)
+        ResourceRequest::shared(2, 20 * GIB)
     );
 }
 
@@ -236,7 +260,7 @@ fn unknown_keys() {
             "  classify: {command: [python, c.py], gpu: 1}",
         ]),
         "line 4, column 39: tasks.classify: unknown field `gpu`, expected one of `command`, `gpus`, \
-         `gpu_mem`, `time_limit`, `after`, `retries`, `env`, `cwd`, `priority`, `colocate_with`"
+         `gpu_mem`, `cpus`, `mem`, `time_limit`, `after`, `retries`, `env`, `cwd`, `priority`, `colocate_with`"
     );
     assert_eq!(
         error(&[
@@ -247,7 +271,7 @@ fn unknown_keys() {
             "    depends_on: [prep]",
         ]),
         "line 5, column 5: tasks.train: unknown field `depends_on`, expected one of `command`, \
-         `gpus`, `gpu_mem`, `time_limit`, `after`, `retries`, `env`, `cwd`, `priority`, `colocate_with`"
+         `gpus`, `gpu_mem`, `cpus`, `mem`, `time_limit`, `after`, `retries`, `env`, `cwd`, `priority`, `colocate_with`"
     );
     assert_eq!(
         error(&["name: typo", "gang: true", "tasks:", "  a: {command: [x]}"]),

@@ -45,6 +45,12 @@ pub struct SubmitRequest {
     /// Bytes per GPU; `None` asks for whole GPUs.
     #[serde(default)]
     pub gpu_mem: Option<u64>,
+    /// Cores; `None`: the daemon's default (`[resources] default_cpus`).
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    /// Bytes of the machine's memory; `None`: the daemon's default (none reserved).
+    #[serde(default)]
+    pub mem: Option<u64>,
     #[serde(default)]
     pub priority: i64,
     /// Start after these jobs succeed.
@@ -87,6 +93,8 @@ impl std::fmt::Debug for SubmitRequest {
             name,
             gpus,
             gpu_mem,
+            cpus,
+            mem,
             priority,
             after,
             after_any,
@@ -105,6 +113,8 @@ impl std::fmt::Debug for SubmitRequest {
             .field("name", name)
             .field("gpus", gpus)
             .field("gpu_mem", gpu_mem)
+            .field("cpus", cpus)
+            .field("mem", mem)
             .field("priority", priority)
             .field("after", after)
             .field("after_any", after_any)
@@ -220,6 +230,12 @@ pub struct JobView {
     pub gpus_requested: u32,
     /// Bytes per GPU for shared jobs; null for whole GPUs.
     pub gpu_mem: Option<u64>,
+    /// Cores reserved.
+    #[serde(default)]
+    pub cpus: u32,
+    /// Bytes of the machine's memory reserved (0: none).
+    #[serde(default)]
+    pub mem: u64,
     pub time_limit_ms: Option<i64>,
     pub retries: u32,
     /// Attempts started so far (0 while never started).
@@ -287,6 +303,11 @@ pub struct WaitRequest {
     /// Also return the report of each job that ended.
     #[serde(default)]
     pub reports: bool,
+    /// The states the caller last saw, in the order of `ids`: the answer comes (with `done`
+    /// false) as soon as one differs, so a terminal's spinner can show each change as it
+    /// happens. Empty: only when every job has ended.
+    #[serde(default)]
+    pub unless_changed_from: Vec<baton_core::JobState>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -531,6 +552,16 @@ pub struct InfoResponse {
     pub system: bool,
     pub gpu_backend: String,
     pub gpu_count: usize,
+    /// The cores and bytes of memory jobs may take, in all.
+    #[serde(default)]
+    pub cpus: u32,
+    #[serde(default)]
+    pub memory: u64,
+    /// What a job takes when it does not say (`[resources]`).
+    #[serde(default)]
+    pub default_cpus: u32,
+    #[serde(default)]
+    pub default_memory: u64,
     /// How the daemon holds every process of a job: a cgroup per job, or the supervisor as
     /// child subreaper (and why no cgroup).
     #[serde(default)]

@@ -101,6 +101,10 @@ fn jobs() -> Vec<DemoJob> {
     ]
 }
 
+/// The demo's machine has as many cores for jobs as a GPU server would, whatever this one has:
+/// its jobs are short shell scripts, and the tour shows GPUs, not a CPU queue.
+const DEMO_CPUS: u32 = 16;
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
@@ -108,7 +112,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let home = std::env::temp_dir().join(format!("baton-demo-{}-{stamp}", std::process::id()));
     std::fs::create_dir_all(home.join("work"))?;
     println!(
-        "baton demo: a daemon on {} simulated GPUs, state in {}",
+        "baton demo: a daemon on {} simulated GPUs and {DEMO_CPUS} CPUs for jobs, state in {}",
         args.gpus,
         home.display()
     );
@@ -140,6 +144,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             &args.gpus.to_string(),
             "--grace",
             "2s",
+            "--cpus",
+            &DEMO_CPUS.to_string(),
         ])
         .env("BATON_HOME", &home)
         .env_remove("BATON_SOCKET")
@@ -254,6 +260,7 @@ fn tour(home: &Path, gpu_count: u32, stray: &mut std::process::Child) -> anyhow:
         ids: ids.clone(),
         timeout_ms: Some(5_000),
         reports: false,
+        unless_changed_from: Vec::new(),
     })?;
     for job in &done.jobs {
         println!("{}", present::summary(job));

@@ -30,6 +30,21 @@ pub fn run(json: bool) -> anyhow::Result<ExitCode> {
         "  GPUs:            {} ({})",
         info.gpu_count, info.gpu_backend
     );
+    println!(
+        "  CPUs, memory:    {} CPUs, {} for jobs; a job takes {} CPU{}{} unless it asks",
+        info.cpus,
+        baton_core::units::format_size(info.memory),
+        info.default_cpus,
+        if info.default_cpus == 1 { "" } else { "s" },
+        if info.default_memory > 0 {
+            format!(
+                " and {}",
+                baton_core::units::format_size(info.default_memory)
+            )
+        } else {
+            String::new()
+        }
+    );
     println!("  containment:     {}", info.containment);
     match &info.health {
         Some(health) => println!("  health:          {}", health.problem),

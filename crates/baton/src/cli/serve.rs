@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use baton_core::units::parse_duration;
+use baton_core::units::{parse_duration, parse_size};
 
 use super::UsageError;
 use crate::daemon::{Config, Daemon};
@@ -41,6 +41,14 @@ pub struct Args {
     /// 127.0.0.1:9464 (default: `[daemon] metrics_addr`). The socket always serves them.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// The cores jobs may use in all, before `[resources] reserve_cpus` (default:
+    /// `[resources] cpus`, else the cores this daemon may run on).
+    #[arg(long, env = "BATON_MACHINE_CPUS", value_name = "N")]
+    cpus: Option<u32>,
+    /// The memory jobs may use in all, before `[resources] reserve_memory` (default:
+    /// `[resources] memory`, else the machine's).
+    #[arg(long, env = "BATON_MACHINE_MEMORY", value_parser = parse_size, value_name = "SIZE")]
+    memory: Option<u64>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -125,8 +133,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             tracing::warn!("[limits] admins: no user is called {admin:?}");
         }
     }
+    let host = settings
+        .resources
+        .host(args.cpus, args.memory, crate::config::detect_host())
+        .map_err(UsageError)?;
+    tracing::info!(
+        "jobs may use {} CPUs and {} of memory; a job takes {} CPU{} unless it asks",
+        host.capacity.cpus,
+        baton_core::units::format_size(host.capacity.mem),
+        host.default_cpus,
+        if host.default_cpus == 1 { "" } else { "s" }
+    );
     let config = Config {
         home: home.clone(),
+        host,
         system: args.system,
         grace_ms: args.grace.or(settings.daemon.grace).unwrap_or(30_000),
         recent_ms: args.recent.or(settings.daemon.recent).unwrap_or(3_600_000),

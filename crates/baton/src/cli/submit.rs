@@ -22,6 +22,14 @@ pub struct Args {
     /// Memory needed on each GPU (e.g. 20GiB): lets small jobs share a GPU.
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     gpu_mem: Option<u64>,
+    /// Cores to reserve (default 1, or `[resources] default_cpus`): the job starts when they
+    /// are free, and may be held to them (a cgroup's cpu.max, where the daemon has one).
+    #[arg(long, value_name = "N")]
+    cpus: Option<u32>,
+    /// The machine's memory to reserve (e.g. 8GiB; default none): the job starts when it is
+    /// free, and is killed if it uses more.
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    mem: Option<u64>,
     /// A name to show in the queue (default: the program's name).
     #[arg(long)]
     name: Option<String>,
@@ -82,6 +90,8 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         name: args.name,
         gpus: args.gpus,
         gpu_mem: args.gpu_mem,
+        cpus: args.cpus,
+        mem: args.mem,
         priority: args.priority,
         after: args.after,
         after_any: args.after_any,

@@ -37,32 +37,71 @@ pub struct Args {
     exit_zero: bool,
 }
 
+/// `job 17 (running)`, `3 jobs (1 running, 2 queued)`.
+fn waiting_for(ids: &[u64], states: Option<&[JobState]>) -> String {
+    let who = match ids {
+        [one] => format!("job {one}"),
+        many => format!("{} jobs", many.len()),
+    };
+    let Some(states) = states else {
+        return who;
+    };
+    let mut counts: Vec<(JobState, usize)> = Vec::new();
+    for &state in states {
+        match counts.iter_mut().find(|(s, _)| *s == state) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((state, 1)),
+        }
+    }
+    let parts: Vec<String> = match (ids, counts.as_slice()) {
+        ([_], [(state, _)]) => vec![state.to_string()],
+        _ => counts.iter().map(|(s, n)| format!("{n} {s}")).collect(),
+    };
+    format!("{who} ({})", parts.join(", "))
+}
+
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let client = client();
     let deadline = args
         .timeout
         .map(|ms| Instant::now() + Duration::from_millis(ms as u64));
+    // For a person at a terminal: the time waited and each job's state, redrawn as it changes
+    // (the daemon answers at each change; see `unless_changed_from`).
     let spinner = std::io::stderr().is_terminal().then(|| {
         let s = indicatif::ProgressBar::new_spinner();
-        s.set_message(format!(
-            "waiting for job{} {}",
-            if args.ids.len() == 1 { "" } else { "s" },
-            args.ids
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{spinner} waiting {elapsed_precise} for {msg}")
+        {
+            s.set_style(style);
+        }
+        s.set_message(waiting_for(&args.ids, None));
         s.enable_steady_tick(Duration::from_millis(120));
         s
     });
+    // The states last shown. The first guess, ended, is answered at once with the real states
+    // (or, when they have all ended, with the result).
+    let mut seen: Vec<JobState> = vec![JobState::Succeeded; args.ids.len()];
     // Whether the daemon has answered (or at least accepted) a request of ours yet.
     let mut reached = false;
     let response = loop {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let req = request::wait_request(args.ids.clone(), left, !json && !args.brief);
+        let mut req = request::wait_request(args.ids.clone(), left, !json && !args.brief);
+        if spinner.is_some() {
+            req.unless_changed_from = seen.clone();
+        }
         match client.wait(&req) {
-            Ok(resp) => break resp,
+            Ok(resp) => {
+                let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
+                match &spinner {
+                    Some(s) if !resp.done && !timed_out => {
+                        reached = true;
+                        seen = resp.jobs.iter().map(|j| j.state).collect();
+                        s.set_message(waiting_for(&args.ids, Some(&seen)));
+                        continue;
+                    }
+                    _ => break resp,
+                }
+            }
             // The daemon restarted under us: running jobs survive that, so wait on. No daemon
             // at all on the first try is no restart: that is exit 3 at once, not after a minute.
             Err(

@@ -64,6 +64,8 @@ pub struct Config {
     pub limits: crate::config::LimitSettings,
     /// What one connection may hold and for how long (`[limits]`).
     pub connections: ConnectionLimits,
+    /// The cores and memory jobs may take, and a job's defaults (`[resources]`).
+    pub host: crate::config::HostResources,
 }
 
 #[cfg(test)]
@@ -83,6 +85,9 @@ impl Config {
             retries: Default::default(),
             limits: Default::default(),
             connections: crate::config::LimitSettings::default().connection_limits(),
+            host: crate::config::ResourceSettings::default()
+                .host(Some(64), Some(256 << 30), (64, 256 << 30))
+                .expect("64 cores"),
         }
     }
 }
@@ -116,6 +121,9 @@ pub struct Daemon {
     probe: Box<dyn GpuProbe>,
     gpu_info: Vec<GpuInfo>,
     pub(crate) gpus: Vec<Gpu>,
+    /// This machine, empty, as the scheduler places on it: its GPUs, and the cores and memory
+    /// jobs may take.
+    pub(crate) machine: baton_core::placement::Occupancy,
     /// The uid the daemon runs as; in user mode, the only one (besides root) it serves.
     uid: u32,
     /// Names this daemon's jobs machine-wide (its state directory and uid, hashed): in Slurm
@@ -186,7 +194,8 @@ impl Daemon {
                 memory_total: g.memory_total,
                 node: 0,
             })
-            .collect();
+            .collect::<Vec<Gpu>>();
+        let machine = baton_core::placement::Occupancy::with_hosts(&gpus, &[config.host.capacity]);
         let (ended, ended_rx) = unbounded_channel();
         let monitor_state = monitor::MonitorState::new(config.waste.clone());
         let uid = rustix::process::geteuid().as_raw();
@@ -224,6 +233,7 @@ impl Daemon {
             probe,
             gpu_info,
             gpus,
+            machine,
             uid,
             tag,
             metrics: Arc::new(crate::metrics::Metrics::new()),
@@ -564,7 +574,7 @@ impl Daemon {
     fn predicted_starts(&self, inner: &Inner) -> HashMap<JobId, Option<Millis>> {
         match scheduling_input(inner, &self.gpus) {
             Ok((running, pending, _)) => baton_core::scheduler::predicted_starts(
-                &self.gpus,
+                &self.machine,
                 &running,
                 &pending,
                 now_ms(),

@@ -32,7 +32,14 @@ impl Daemon {
             if pending.is_empty() {
                 return (Vec::new(), None);
             }
-            let plan = baton_core::plan(&self.gpus, &running, &pending, &states, now);
+            let plan = baton_core::scheduler::plan_on(
+                &self.machine,
+                &running,
+                &pending,
+                &states,
+                now,
+                Default::default(),
+            );
             next_wakeup = plan.next_wakeup;
 
             // Atomic workflows first: every task's GPUs reserved in one transaction, or, if

@@ -64,6 +64,8 @@ pub fn job_view(job: &JobRecord) -> JobView {
         workflow_id: job.workflow_id,
         gpus_requested: job.request.count,
         gpu_mem: job.request.mem_per_gpu,
+        cpus: job.request.cpus,
+        mem: job.request.mem,
         time_limit_ms: job.time_limit,
         retries: job.retries,
         attempt: job.attempt(),

@@ -26,6 +26,8 @@ pub struct Job {
     pub name: Option<String>,
     pub gpus: u32,
     pub gpu_mem: Option<u64>,
+    pub cpus: Option<u32>,
+    pub mem: Option<u64>,
     pub priority: i64,
     pub after: Vec<u64>,
     pub after_any: Vec<u64>,
@@ -53,6 +55,8 @@ pub fn submit_request(job: Job, context: AgentContext) -> Result<SubmitRequest, 
         name: job.name,
         gpus: job.gpus,
         gpu_mem: job.gpu_mem,
+        cpus: job.cpus,
+        mem: job.mem,
         priority: job.priority,
         after: job.after,
         after_any: job.after_any,
@@ -108,6 +112,7 @@ pub fn wait_request(ids: Vec<u64>, timeout: Option<Duration>, reports: bool) -> 
         ids,
         timeout_ms: timeout.map(|t| t.as_millis() as i64),
         reports,
+        unless_changed_from: Vec::new(),
     }
 }
 

@@ -160,6 +160,11 @@ pub fn job_env(
             env.remove("CUDA_VISIBLE_DEVICES");
         }
     }
+    // What it reserved, for a program that sizes its thread pools or caches to it.
+    env.insert("BATON_CPUS".into(), job.request.cpus.to_string());
+    if job.request.mem > 0 {
+        env.insert("BATON_MEM".into(), job.request.mem.to_string());
+    }
     env.insert("BATON_JOB_ID".into(), job.id.to_string());
     env.insert("BATON_JOB_NAME".into(), job.name.clone());
     env.insert("BATON_ATTEMPT".into(), attempt.to_string());

@@ -138,6 +138,11 @@ fn cgroup_root(tag: &str) -> Result<PathBuf, String> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(format!("cannot make {}: {e}", root.display())),
     }
+    // The jobs' cgroups hold them to their cores and memory where these controllers reach
+    // this far down (see `limits`); each is asked for alone, so one missing keeps the other.
+    for controller in ["+memory", "+cpu"] {
+        let _ = fs::write(root.join("cgroup.subtree_control"), controller);
+    }
     Ok(root)
 }
 
@@ -164,6 +169,8 @@ pub trait Processes {
     fn any_left(&self) -> bool;
     /// Sends `sig` to every one of them.
     fn signal(&self, sig: Signal);
+    /// Their pids, as of now.
+    fn pids(&self) -> Vec<i32>;
     /// Kills every one of them.
     fn kill(&self) {
         self.signal(Signal::KILL);
@@ -216,17 +223,17 @@ impl Cgroup {
     pub fn remove(&self) -> bool {
         fs::remove_dir(&self.dir).is_ok() || !self.dir.exists()
     }
-
-    fn pids(&self) -> Vec<i32> {
-        fs::read_to_string(self.dir.join("cgroup.procs"))
-            .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
-            .unwrap_or_default()
-    }
 }
 
 impl Processes for Cgroup {
     fn any_left(&self) -> bool {
         populated(&self.dir)
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        fs::read_to_string(self.dir.join("cgroup.procs"))
+            .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
     }
 
     fn signal(&self, sig: Signal) {
@@ -321,6 +328,19 @@ impl Processes for Descendants {
     }
 
     fn signal(&self, sig: Signal) {
+        for p in Descendants::below_me() {
+            signal_checked(p.pid, p.start, sig);
+        }
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        Descendants::below_me().iter().map(|p| p.pid).collect()
+    }
+}
+
+impl Descendants {
+    /// Every live process below this one.
+    fn below_me() -> Vec<ProcessEntry> {
         let me = std::process::id() as i32;
         let table = process_table();
         let mut below = vec![me];
@@ -330,12 +350,10 @@ impl Processes for Descendants {
             below.extend(table.iter().filter(|p| p.ppid == parent).map(|p| p.pid));
             i += 1;
         }
-        for p in table
-            .iter()
+        table
+            .into_iter()
             .filter(|p| p.pid != me && below.contains(&p.pid))
-        {
-            signal_checked(p.pid, p.start, sig);
-        }
+            .collect()
     }
 }
 
@@ -377,6 +395,10 @@ impl Marked {
 impl Processes for Marked {
     fn any_left(&self) -> bool {
         self.group_alive().is_some() || !self.found().is_empty()
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        self.found().iter().map(|p| p.pid).collect()
     }
 
     fn signal(&self, sig: Signal) {

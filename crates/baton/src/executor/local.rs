@@ -150,6 +150,8 @@ impl LocalBackend {
             grace_ms: host.grace_ms(),
             umask: job.umask,
             cgroup: cgroup.map(|dir| dir.display().to_string()),
+            cpus: job.request.cpus,
+            mem_limit: (job.request.mem > 0).then_some(job.request.mem),
         })
     }
 
@@ -233,6 +235,7 @@ impl LocalBackend {
             cancelled: e.cancelled,
             error: e.error,
             ended_at: e.ended_at,
+            memory_exceeded: e.memory_exceeded,
         });
         let ending = decide::attempt_ending(job.facts(), exit.as_ref(), now);
         host.attempt_over(jobs, &job, ending);

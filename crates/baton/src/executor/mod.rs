@@ -16,6 +16,7 @@
 
 mod backend;
 pub mod contain;
+pub mod limits;
 pub mod local;
 pub mod slurm;
 pub mod spawner;
@@ -74,6 +75,14 @@ pub struct Launch {
     /// it execs; `None` where the supervisor contains the job as child subreaper alone.
     #[serde(default)]
     pub cgroup: Option<String>,
+    /// The cores it reserved: its cgroup's `cpu.max`, where the daemon's cgroup has the cpu
+    /// controller.
+    #[serde(default)]
+    pub cpus: u32,
+    /// The memory it reserved, which it may not exceed: its cgroup's `memory.max`, or, where
+    /// no cgroup has the memory controller, the supervisor's watch of its processes.
+    #[serde(default)]
+    pub mem_limit: Option<u64>,
 }
 
 /// How an attempt ended, as the supervisor saw it.
@@ -93,6 +102,9 @@ pub struct ExitRecord {
     /// the count at its start, tells a SIGKILL from the OOM killer apart from any other.
     #[serde(default)]
     pub oom_kills: Option<u64>,
+    /// Killed for using more memory than it reserved (the reservation, in bytes).
+    #[serde(default)]
+    pub memory_exceeded: Option<u64>,
 }
 
 /// One line of the supervisor's record.
@@ -516,6 +528,7 @@ mod tests {
             error: None,
             ended_at: 5,
             oom_kills,
+            memory_exceeded: None,
         })
     }
 
@@ -559,6 +572,7 @@ mod tests {
                 error: Some(error.into()),
                 ended_at: 5,
                 oom_kills: None,
+                memory_exceeded: None,
             })
         };
         let claimed = |attempt| SupervisorEvent::Claimed { attempt, pid: 7 };

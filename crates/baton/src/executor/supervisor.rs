@@ -110,6 +110,7 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
         error: None,
         ended_at: 0,
         oom_kills: None,
+        memory_exceeded: None,
     };
     let finish = |mut exit: ExitRecord| {
         exit.ended_at = now_ms();
@@ -159,6 +160,14 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
         Some(cgroup) => cgroup,
         None => &Descendants,
     };
+    // Its reservation, held by the kernel where its cgroup can, else watched from here.
+    let enforced = match &cgroup {
+        Some(cgroup) => super::limits::apply(&cgroup.dir, launch.cpus, launch.mem_limit),
+        None => super::limits::Enforced::default(),
+    };
+    let watched_memory = launch.mem_limit.filter(|_| !enforced.memory);
+    let mut memory_watch = tokio::time::interval(super::limits::WATCH_INTERVAL);
+    memory_watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut child = match spawn(files, launch) {
         Ok(child) => child,
         Err(e) => {
@@ -212,6 +221,16 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
                 procs.kill();
                 killed = true;
             }
+            _ = memory_watch.tick(), if watched_memory.is_some() && !killed => {
+                let limit = watched_memory.unwrap_or(u64::MAX);
+                if super::limits::memory_in_use(&procs.pids()) > limit {
+                    // Like the kernel's OOM killer at a cgroup's limit: no grace, since what
+                    // runs past its memory takes it from every other job.
+                    exit.memory_exceeded = Some(limit);
+                    procs.kill();
+                    killed = true;
+                }
+            }
         }
     };
     match status {
@@ -225,6 +244,13 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
     // The job is over when its main process is, but its GPUs are free only once everything it
     // started is gone: the rest get SIGTERM and what is left of the grace period, then SIGKILL.
     let all_gone = contain::end_all(procs, grace, kill_at.map(Instant::into_std));
+    if let (Some(cgroup), Some(limit)) = (&cgroup, launch.mem_limit)
+        && enforced.memory
+        && exit.signal == Some(9)
+        && super::limits::oom_killed_in(&cgroup.dir)
+    {
+        exit.memory_exceeded = Some(limit);
+    }
     if let Some(cgroup) = &cgroup {
         // Orphans of the job that died meanwhile were reparented to us: not left as zombies.
         let _ = contain::end_all(&Descendants, Duration::ZERO, None);

@@ -11,7 +11,7 @@ use baton_core::lifecycle::{
     Effects, Ended, Exit, Life, Outcome, Queued, Ran, Reservation, Runner, Running, SlurmJob,
     SlurmQueue, Status, Transition,
 };
-use baton_core::{DepKind, Dependency, GpuRequest, JobId, JobState, Millis};
+use baton_core::{DepKind, Dependency, JobId, JobState, Millis, ResourceRequest};
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 
 use super::events::log_event;
@@ -30,7 +30,7 @@ pub struct JobRecord {
     pub owner_uid: u32,
     pub owner: String,
     pub priority: i64,
-    pub request: GpuRequest,
+    pub request: ResourceRequest,
     pub time_limit: Option<Millis>,
     pub retries: u32,
     pub deps: Vec<Dependency>,
@@ -63,7 +63,7 @@ pub struct NewJob {
     pub owner_uid: u32,
     pub owner: String,
     pub priority: i64,
-    pub request: GpuRequest,
+    pub request: ResourceRequest,
     pub time_limit: Option<Millis>,
     pub retries: u32,
     pub deps: Vec<Dependency>,
@@ -348,7 +348,7 @@ impl NewJob {
             owner_uid: 0,
             owner: "root".into(),
             priority: 0,
-            request: GpuRequest::whole(gpus),
+            request: ResourceRequest::whole(gpus),
             time_limit: None,
             retries: 0,
             deps: Vec::new(),
@@ -378,6 +378,8 @@ columns!(
         priority,
         gpus_requested,
         gpu_mem,
+        cpus,
+        mem,
         time_limit_ms,
         retries,
         attempt,
@@ -716,9 +718,9 @@ pub(super) fn insert_job(
     tx.prepare_cached(
         "INSERT INTO jobs (name, state, command, cwd, env, owner_uid, owner, priority, \
          gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus, umask, \
-         notify, session, workflow_id, task, critical_path_ms) \
+         notify, session, workflow_id, task, critical_path_ms, cpus, mem) \
          VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]', ?15, ?16, ?17, \
-         ?18, ?19, ?20)",
+         ?18, ?19, ?20, ?21, ?22)",
     )?
     .execute(params![
         default_name(job),
@@ -741,6 +743,8 @@ pub(super) fn insert_job(
         job.workflow_id.map(|w| w as i64),
         job.task,
         job.critical_path,
+        job.request.cpus,
+        job.request.mem as i64,
     ])?;
     let id = tx.last_insert_rowid() as u64;
     log_event(tx, id, job.submitted_at, "submitted", &job.owner)?;
@@ -840,9 +844,11 @@ fn read_row(r: &Row<'_>, c: &JobColumns) -> rusqlite::Result<Result<JobRecord, S
             owner_uid: r.get(c.owner_uid)?,
             owner: text(c.owner)?,
             priority: r.get(c.priority)?,
-            request: GpuRequest {
+            request: ResourceRequest {
                 count: r.get(c.gpus_requested)?,
                 mem_per_gpu: r.get::<_, Option<i64>>(c.gpu_mem)?.map(|m| m as u64),
+                cpus: r.get(c.cpus)?,
+                mem: r.get::<_, i64>(c.mem)?.max(0) as u64,
             },
             time_limit: r.get(c.time_limit_ms)?,
             retries: r.get(c.retries)?,
@@ -1061,7 +1067,7 @@ mod tests {
         assert_eq!(job.id, JobId(1));
         assert_eq!(job.name, "python3");
         assert_eq!(job.state(), JobState::Queued);
-        assert_eq!(job.request, GpuRequest::shared(2, 8 << 30));
+        assert_eq!(job.request, ResourceRequest::shared(2, 8 << 30));
         assert_eq!(job.deps[0].kind, DepKind::Any);
 
         let (running, _) = store.apply(&job, &start(&[0, 1], 2_000), 2_000).unwrap();

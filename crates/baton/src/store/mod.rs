@@ -142,7 +142,7 @@ fn json<T: serde::Serialize>(value: &T) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
-    use baton_core::{DepKind, Dependency, GpuRequest, JobId};
+    use baton_core::{DepKind, Dependency, JobId, ResourceRequest};
 
     use super::*;
     use crate::notify::Channel;
@@ -157,7 +157,7 @@ mod tests {
             owner_uid: 1000,
             owner: "alice".into(),
             priority: 3,
-            request: GpuRequest::shared(2, 8 << 30),
+            request: ResourceRequest::shared(2, 8 << 30),
             time_limit: Some(60_000),
             retries: 1,
             deps: vec![Dependency {

@@ -144,6 +144,10 @@ const MIGRATIONS: &[&str] = &[
     // for the one before it (`after_id`) and is used only if that one did not wake the session.
     "ALTER TABLE deliveries ADD COLUMN after_id INTEGER;
     CREATE INDEX deliveries_after ON deliveries (after_id) WHERE after_id IS NOT NULL;",
+    // 11: cores and host memory are resources like GPUs (issue 15). Jobs queued before asked
+    // for one core and no memory, the defaults of a new submission.
+    "ALTER TABLE jobs ADD COLUMN cpus INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE jobs ADD COLUMN mem INTEGER NOT NULL DEFAULT 0;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

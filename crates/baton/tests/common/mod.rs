@@ -79,6 +79,8 @@ pub struct Baton {
     /// The baton binary the daemon runs (a copy, for system mode).
     pub bin: PathBuf,
     serve_args: Vec<String>,
+    /// The daemon counts this machine's cores instead of the tests' 64 (`BATON_MACHINE_CPUS`).
+    detect_resources: bool,
     daemon: Option<Child>,
     /// The cgroup directory the daemon keeps its jobs' cgroups in, removed with the test.
     cgroup_root: Option<PathBuf>,
@@ -122,6 +124,7 @@ impl Baton {
             socket: None,
             bin: PathBuf::from(BIN),
             serve_args: Vec::new(),
+            detect_resources: false,
             daemon: None,
             cgroup_root: None,
             _tmp: tmp,
@@ -133,6 +136,12 @@ impl Baton {
     pub fn serve_with(&mut self, args: &[&str]) {
         self.serve_args = args.iter().map(|s| s.to_string()).collect();
         self.serve();
+    }
+
+    /// Starts the daemon with `args`, counting this machine's cores as a user's daemon does.
+    pub fn serve_detecting_resources(&mut self, args: &[&str]) {
+        self.detect_resources = true;
+        self.serve_with(args);
     }
 
     /// (Re)starts the daemon with the arguments it was first started with.
@@ -148,11 +157,17 @@ impl Baton {
             .env("BATON_HOME", &self.home)
             .env_remove("BATON_SOCKET")
             .env_remove("BATON_SIM_GPUS")
+            // As in `cmd`; `--cpus` among the arguments wins.
+            .env("BATON_MACHINE_CPUS", "64")
+            .env_remove("BATON_MACHINE_MEMORY")
             .env("BATON_LOG", "info")
             .current_dir(&self.work)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
+        if self.detect_resources {
+            cmd.env_remove("BATON_MACHINE_CPUS");
+        }
         let mut child = cmd.spawn().expect("start baton serve");
         let until = Instant::now() + DEADLINE;
         loop {
@@ -226,6 +241,11 @@ impl Baton {
         cmd.args(args)
             .env("BATON_HOME", &self.home)
             .env_remove("BATON_SIM_GPUS")
+            // Cores to spare, as on the GPU servers baton is for: the tests run many jobs at
+            // once on small CI machines. (A daemon started by a command inherits it; tests of
+            // the cores as a limit start theirs with `--cpus`.)
+            .env("BATON_MACHINE_CPUS", "64")
+            .env_remove("BATON_MACHINE_MEMORY")
             // The agent session the tests run in (a developer's tmux, Claude Code, Codex) must
             // never receive the tests' reports: each test sets the context it means to test.
             .env_remove("CLAUDE_CODE_SESSION_ID")

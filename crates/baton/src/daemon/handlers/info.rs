@@ -16,6 +16,10 @@ pub async fn handle(State(daemon): State<Arc<Daemon>>) -> Json<InfoResponse> {
         system: daemon.config.system,
         gpu_backend: daemon.probe.backend().into(),
         gpu_count: daemon.gpus.len(),
+        cpus: daemon.config.host.capacity.cpus,
+        memory: daemon.config.host.capacity.mem,
+        default_cpus: daemon.config.host.default_cpus,
+        default_memory: daemon.config.host.default_mem,
         containment: daemon.config.containment.describe(),
         cgroup_root: match &daemon.config.containment {
             crate::executor::contain::Method::Cgroup { root } => Some(root.display().to_string()),

@@ -8,7 +8,7 @@ use axum::Json;
 use axum::extract::{ConnectInfo, State};
 use axum::http::HeaderMap;
 use baton_core::input::{self, InputError};
-use baton_core::{DepKind, Dependency, GpuRequest, JobId, admission};
+use baton_core::{DepKind, Dependency, JobId, ResourceRequest, admission};
 
 use crate::api::{JobView, SubmitRequest};
 use crate::daemon::views::{job_view, rfc3339};
@@ -74,6 +74,34 @@ pub async fn handle(
 }
 
 impl Daemon {
+    /// A submission's request: its GPUs (memory without a count means one shared GPU), and its
+    /// cores and memory or this daemon's defaults.
+    pub(super) fn resource_request(
+        &self,
+        gpus: u32,
+        gpu_mem: Option<u64>,
+        cpus: Option<u32>,
+        mem: Option<u64>,
+    ) -> Result<ResourceRequest, ApiError> {
+        let bad = |m: &str| Err(ApiError::BadRequest(m.to_string()));
+        let request = match gpu_mem {
+            Some(0) => return bad("--gpu-mem must be positive"),
+            Some(mem) => ResourceRequest::shared(gpus.max(1), mem),
+            None => ResourceRequest::whole(gpus),
+        };
+        if cpus == Some(0) {
+            return bad("--cpus must be at least 1: every process needs a core to run on");
+        }
+        if mem == Some(0) {
+            return bad("--mem must be positive (leave it out to reserve no memory)");
+        }
+        let host = &self.config.host;
+        Ok(request.with_host(
+            cpus.unwrap_or(host.default_cpus),
+            mem.unwrap_or(host.default_mem),
+        ))
+    }
+
     /// What to do about a machine where no GPU driver was found: simulated GPUs, set where a
     /// daemon started by `baton submit` also finds them.
     pub(super) fn no_gpus_hint(&self) -> Option<String> {
@@ -157,10 +185,9 @@ fn queue_outlook(daemon: &Daemon, inner: &Inner, job: &JobRecord) -> (usize, Opt
         })
         .collect();
     let now = now_ms();
-    let mut held = baton_core::placement::Occupancy::new(&daemon.gpus);
+    let mut held = daemon.machine.clone();
     for r in &running {
-        // Already validated when it started; a mismatch only makes the outlook pessimistic.
-        let _ = held.hold(&r.gpus, &r.request);
+        held.occupy(&r.gpus, &r.request);
     }
     let fits_now = held.choose(&job.request).is_some();
     if fits_now {
@@ -168,7 +195,7 @@ fn queue_outlook(daemon: &Daemon, inner: &Inner, job: &JobRecord) -> (usize, Opt
     }
     (
         0,
-        baton_core::earliest_start(&daemon.gpus, &running, &job.request).map(|t| t.max(now)),
+        baton_core::earliest_start(&daemon.machine, &running, &job.request).map(|t| t.max(now)),
     )
 }
 
@@ -200,18 +227,13 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
     if let Some(ms) = req.time_limit_ms {
         input::check_time_limit(ms).map_err(time_limit_error)?;
     }
-    let request = match req.gpu_mem {
-        Some(0) => return bad("--gpu-mem must be positive".into()),
-        // Memory without a count means one shared GPU.
-        Some(mem) => GpuRequest::shared(req.gpus.max(1), mem),
-        None => GpuRequest::whole(req.gpus),
-    };
+    let request = daemon.resource_request(req.gpus, req.gpu_mem, req.cpus, req.mem)?;
     let gpus = &daemon.gpus;
     // Under Slurm the cluster's GPUs are Slurm's to judge: sbatch refuses what can never run,
     // and its message is passed on.
     let local = daemon.places_here();
     (if local {
-        admission::check(&request, gpus)
+        admission::check(&request, gpus, Some(&daemon.config.host.capacity))
     } else {
         Ok(())
     })

@@ -68,6 +68,19 @@ pub async fn handle(
                 headlines,
             }));
         }
+        let moved = !req.unless_changed_from.is_empty()
+            && jobs
+                .iter()
+                .map(|j| j.state)
+                .ne(req.unless_changed_from.iter().copied());
+        if moved {
+            return Ok(Json(WaitResponse {
+                done: false,
+                jobs,
+                reports: Vec::new(),
+                headlines: Vec::new(),
+            }));
+        }
         let timeout = async {
             match deadline {
                 Some(at) => tokio::time::sleep_until(at).await,

@@ -123,7 +123,10 @@ pub async fn submit(
                     owner_uid: peer.uid,
                     owner: owner.clone(),
                     priority: task.priority.or(spec.priority).unwrap_or(0),
-                    request: task.request,
+                    request: task.request_with(
+                        daemon.config.host.default_cpus,
+                        daemon.config.host.default_mem,
+                    ),
                     time_limit: task.time_limit,
                     retries: task.retries,
                     deps: Vec::new(),
@@ -218,13 +221,33 @@ fn check_resources(daemon: &Daemon, spec: &WorkflowSpec) -> Result<(), String> {
         // workflow becomes one heterogeneous job, allocated whole or not at all.
         return Ok(());
     }
+    let host = &daemon.config.host;
+    let request =
+        |t: &baton_core::workflow::TaskSpec| t.request_with(host.default_cpus, host.default_mem);
     for task in &spec.tasks {
-        admission::check(&task.request, &daemon.gpus)
+        admission::check(&request(task), &daemon.gpus, Some(&host.capacity))
             .map_err(|e| format!("line {}: task {}: {e}", task.line, task.name))?;
     }
     if spec.atomic {
-        let requests: Vec<_> = spec.tasks.iter().map(|t| t.request).collect();
-        if Occupancy::new(&daemon.gpus).choose_all(&requests).is_none() {
+        let requests: Vec<_> = spec.tasks.iter().map(request).collect();
+        if daemon.machine.choose_all(&requests).is_none() {
+            let gpus_only: Vec<_> = spec.tasks.iter().map(|t| t.request).collect();
+            if Occupancy::new(&daemon.gpus)
+                .choose_all(&gpus_only)
+                .is_some()
+            {
+                let cpus: u32 = requests.iter().map(|r| r.cpus).sum();
+                let mem: u64 = requests.iter().map(|r| r.mem).sum();
+                return Err(format!(
+                    "atomic: all {} tasks must hold their cores and memory at once ({cpus} CPUs, \
+                     {} of memory), more than the {} CPUs and {} jobs may use here; make it \
+                     non-atomic or smaller",
+                    spec.tasks.len(),
+                    baton_core::units::format_size(mem),
+                    host.capacity.cpus,
+                    baton_core::units::format_size(host.capacity.mem),
+                ));
+            }
             let whole: u32 = spec
                 .tasks
                 .iter()

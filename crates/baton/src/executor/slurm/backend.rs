@@ -230,6 +230,8 @@ impl SlurmBackend {
             command: &job.command,
             cwd: &job.cwd,
             gpus: job.request.count,
+            cpus: job.request.cpus,
+            mem: job.request.mem,
             time_limit_ms: job.time_limit,
             dependencies,
             dir: &files.dir,
@@ -300,6 +302,8 @@ impl SlurmBackend {
                 command: &t.command,
                 cwd: &t.cwd,
                 gpus: t.request.count,
+                cpus: t.request.cpus,
+                mem: t.request.mem,
                 dir,
                 after: t
                     .deps

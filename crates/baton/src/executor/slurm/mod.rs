@@ -75,6 +75,9 @@ pub struct Submission<'a> {
     pub command: &'a [String],
     pub cwd: &'a str,
     pub gpus: u32,
+    /// Cores and bytes of memory (0: the cluster's default).
+    pub cpus: u32,
+    pub mem: u64,
     pub time_limit_ms: Option<i64>,
     /// `afterok:12`, `afterany:13`.
     pub dependencies: Vec<String>,
@@ -198,6 +201,7 @@ impl Slurm {
         if s.gpus > 0 {
             args.push(format!("--gres=gpu:{}", s.gpus));
         }
+        args.extend(host_args(s.cpus, s.mem));
         if let Some(ms) = s.time_limit_ms {
             // Slurm counts whole minutes; round up so a job never gets less than it asked.
             args.push(format!(
@@ -318,6 +322,18 @@ pub fn batch_script(s: &Submission<'_>) -> String {
 /// The GPU part of a job's environment (DESIGN §2), which only the cluster knows: Slurm sets
 /// `CUDA_VISIBLE_DEVICES` for the GPUs it gave (none: empty), and baton's `BATON_GPUS` repeats
 /// it. The rest of the environment is `executor::job_env`'s.
+/// `--cpus-per-task` and `--mem` (in whole MiB, rounded up: Slurm's unit is the megabyte).
+fn host_args(cpus: u32, mem: u64) -> Vec<String> {
+    let mut args = Vec::new();
+    if cpus > 0 {
+        args.push(format!("--cpus-per-task={cpus}"));
+    }
+    if mem > 0 {
+        args.push(format!("--mem={}M", mem.div_ceil(1 << 20)));
+    }
+    args
+}
+
 fn gpu_env(out: &mut String, gpus: u32) {
     out.push_str("export CUDA_DEVICE_ORDER=PCI_BUS_ID\n");
     if gpus == 0 {
@@ -350,6 +366,9 @@ pub struct HetTask<'a> {
     pub command: &'a [String],
     pub cwd: &'a str,
     pub gpus: u32,
+    /// Cores and bytes of memory (0: the cluster's default).
+    pub cpus: u32,
+    pub mem: u64,
     /// The task's own directory (`jobs/<id>/`): its output, script and status files.
     pub dir: &'a Path,
     /// Positions (in the task list) of the tasks it runs after.
@@ -436,6 +455,7 @@ impl Slurm {
             if t.gpus > 0 {
                 args.push(format!("--gres=gpu:{}", t.gpus));
             }
+            args.extend(host_args(t.cpus, t.mem));
             if let Some(ms) = time_limit_ms {
                 args.push(format!(
                     "--time={}",
@@ -544,6 +564,8 @@ mod tests {
             command,
             cwd: "/work",
             gpus: 2,
+            cpus: 4,
+            mem: (8 << 30) + 1,
             time_limit_ms: Some(90_500),
             dependencies: vec!["afterok:12".into(), "afterany:13".into()],
             dir,
@@ -575,6 +597,8 @@ mod tests {
             "--error=/state/jobs/7/stderr",
             "--chdir=/work",
             "--gres=gpu:2",
+            "--cpus-per-task=4",
+            "--mem=8193M",
             "--time=2",
             "--dependency=afterok:12,afterany:13",
             "--partition=gpu",
@@ -623,6 +647,8 @@ mod tests {
             command: &cmd,
             cwd: "/w",
             gpus,
+            cpus: 1,
+            mem: 0,
             dir,
             after,
             env: BTreeMap::from([("BATON_TASK".to_string(), format!("t{job}"))]),
@@ -640,10 +666,12 @@ mod tests {
             [
                 "--ntasks=1",
                 "--gres=gpu:1",
+                "--cpus-per-task=1",
                 "--time=2",
                 ":",
                 "--ntasks=1",
                 "--gres=gpu:2",
+                "--cpus-per-task=1",
                 "--time=2"
             ]
         );
