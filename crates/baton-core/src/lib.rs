@@ -5,6 +5,7 @@
 //! benchmarks all call the same functions, so what the tests prove is what the daemon does.
 
 pub mod admission;
+pub mod begin;
 pub mod fair_share;
 pub mod input;
 pub mod lifecycle;

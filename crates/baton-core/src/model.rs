@@ -167,8 +167,13 @@ pub struct Gpu {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DepKind {
+    /// After it succeeds (`--after`, Slurm's `afterok`).
     Success,
+    /// After it ends, whatever the result (`--after-any`, `afterany`).
     Any,
+    /// Only after it does not succeed (`--after-failed`, `afternotok`): a clean-up or a
+    /// fallback; if it succeeds, the dependent never runs.
+    Failure,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,6 +222,9 @@ pub struct PendingJob {
     /// A retried job waits out its backoff: it starts no earlier than this (see [`retry_delay`]).
     #[serde(default)]
     pub not_before: Option<Millis>,
+    /// It was submitted to start no earlier than this (`--begin`).
+    #[serde(default)]
+    pub begin: Option<Millis>,
 }
 
 impl PendingJob {
@@ -243,6 +251,7 @@ impl PendingJob {
             critical_path: 0,
             owner_usage: 0,
             not_before: None,
+            begin: None,
         }
     }
 }

@@ -52,6 +52,13 @@ pub enum WaitReason {
     Priority { behind: JobId },
     /// The machine cannot ever satisfy the request (e.g. its GPUs went away).
     Impossible { needs: ResourceRequest, free: Free },
+    /// Submitted to begin later (`--begin`).
+    Begin {
+        /// When it may start.
+        at: Millis,
+        /// `at` relative to `now`, for people.
+        in_ms: Millis,
+    },
     /// A retry waiting out its backoff after a failed attempt.
     Backoff {
         /// When it may start.
@@ -90,6 +97,11 @@ impl fmt::Display for WaitReason {
                 free.describe(needs),
                 free.gpus,
                 if free.gpus == 1 { "" } else { "s" }
+            ),
+            WaitReason::Begin { in_ms, .. } => write!(
+                f,
+                "begin: it may start in {} (--begin)",
+                format_duration(*in_ms)
             ),
             WaitReason::Backoff { in_ms, .. } => write!(
                 f,
@@ -130,8 +142,8 @@ pub struct Plan {
     /// Jobs that can never start because a dependency they need to succeed did not.
     pub dependency_failed: Vec<(JobId, String)>,
     pub waiting: Vec<(JobId, WaitReason)>,
-    /// The earliest moment a job waiting out a retry backoff may start: the caller plans again
-    /// then (nothing else would wake it).
+    /// The earliest moment a job waiting out a retry backoff or its `--begin` may start: the
+    /// caller plans again then (nothing else would wake it).
     pub next_wakeup: Option<Millis>,
 }
 
@@ -219,6 +231,18 @@ pub fn plan_on(
     let mut gangs_seen: Vec<u64> = Vec::new();
 
     for job in order {
+        // Nor does a job that is to begin later.
+        if let Some(at) = job.begin.filter(|&t| t > now) {
+            out.waiting.push((
+                job.id,
+                WaitReason::Begin {
+                    at,
+                    in_ms: at - now,
+                },
+            ));
+            out.next_wakeup = Some(out.next_wakeup.map_or(at, |w| w.min(at)));
+            continue;
+        }
         // A retry in its backoff takes nothing, not even the reservation: it is not ready.
         if let Some(until) = job.not_before.filter(|&t| t > now) {
             out.waiting.push((
@@ -561,7 +585,12 @@ pub fn predicted_starts(
     for job in order.into_iter().take(limit) {
         // Not before its dependencies end (a dependency that is neither running nor queued has
         // ended already), nor before its retry backoff is over.
-        let mut after = Some(job.not_before.map_or(now, |t| t.max(now)));
+        let mut after = Some(
+            job.not_before
+                .into_iter()
+                .chain(job.begin)
+                .fold(now, Millis::max),
+        );
         for dep in &job.deps {
             if let Some(end) = ends.get(&dep.job) {
                 after = match (after, end) {

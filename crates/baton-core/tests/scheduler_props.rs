@@ -99,7 +99,11 @@ fn world() -> impl Strategy<Value = World> {
                 deps.into_iter()
                     .map(|(k, any)| Dependency {
                         job: candidates[k % candidates.len()],
-                        kind: if any { DepKind::Any } else { DepKind::Success },
+                        kind: match (any, k % 2) {
+                            (false, _) => DepKind::Success,
+                            (true, 0) => DepKind::Any,
+                            (true, _) => DepKind::Failure,
+                        },
                     })
                     .collect()
             };
@@ -143,13 +147,23 @@ proptest! {
                 match d.kind {
                     DepKind::Success => prop_assert_eq!(st, JobState::Succeeded),
                     DepKind::Any => prop_assert!(st.is_terminal()),
+                    DepKind::Failure => {
+                        prop_assert!(st.is_terminal() && st != JobState::Succeeded)
+                    }
                 }
             }
         }
         for (id, _) in &p.dependency_failed {
             let job = w.pending.iter().find(|j| j.id == *id).unwrap();
-            prop_assert!(job.deps.iter().any(|d| d.kind == DepKind::Success
-                && w.states[&d.job].is_terminal() && w.states[&d.job] != JobState::Succeeded));
+            let failed = |d: &Dependency| {
+                let st = w.states[&d.job];
+                match d.kind {
+                    DepKind::Success => st.is_terminal() && st != JobState::Succeeded,
+                    DepKind::Failure => st == JobState::Succeeded,
+                    DepKind::Any => false,
+                }
+            };
+            prop_assert!(job.deps.iter().any(failed));
         }
         // Every queued job is accounted for exactly once.
         let total = p.starts.len() + p.dependency_failed.len() + p.waiting.len();

@@ -10,3 +10,14 @@ pub fn now_ms() -> Millis {
         .map(|d| d.as_millis() as Millis)
         .unwrap_or(0)
 }
+
+/// This machine's offset from UTC at `at`, in seconds (its local time zone, as `date` shows).
+pub fn local_offset(at: baton_core::Millis) -> i64 {
+    let t = at.div_euclid(1000) as libc::time_t;
+    // SAFETY: localtime_r fills the zeroed tm it is given, reading the zone once.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return 0;
+    }
+    tm.tm_gmtoff
+}

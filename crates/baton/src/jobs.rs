@@ -195,6 +195,19 @@ impl JobTable {
         Ok(())
     }
 
+    /// Changes what a queued job asks for (`baton update`); the caller checked it may.
+    pub fn update_spec(
+        &mut self,
+        id: JobId,
+        change: &crate::store::SpecChange,
+        at: Millis,
+    ) -> Result<JobRecord, TableError> {
+        let job = self.active.get(&id).ok_or(TableError::NotActive(id))?;
+        let job = self.store.update_spec(job, change, at)?;
+        self.active.insert(id, job.clone());
+        Ok(job)
+    }
+
     /// Sets where an active job's report goes (the Claude Code hook claimed its wake-up).
     pub fn set_notify(
         &mut self,

@@ -136,6 +136,19 @@ struct SubmitJobArgs {
     /// Start after these jobs end, whatever their result.
     #[serde(default)]
     after_any: Vec<u64>,
+    /// Start only if these jobs do not succeed (a clean-up or fallback).
+    #[serde(default)]
+    after_failed: Vec<u64>,
+    /// Start only after every earlier job of yours with the same name has ended.
+    #[serde(default)]
+    singleton: bool,
+    /// Start no earlier than this: "now+2h", "14:00", "2026-12-03T09:00" (local time) or RFC
+    /// 3339.
+    #[serde(default)]
+    begin: Option<String>,
+    /// Queue it held: it starts only after `baton release ID`.
+    #[serde(default)]
+    hold: bool,
     /// Wall-clock limit, e.g. "90m", "2h". Strongly recommended: it lets baton predict starts
     /// and backfill, and ends a stuck run.
     #[serde(default)]
@@ -736,6 +749,17 @@ impl BatonTools {
             Some(text) => Some(parse_duration(text).map_err(|e| format!("time_limit: {e}"))?),
             None => None,
         };
+        let begin_at_ms = match &args.begin {
+            Some(text) => Some(
+                baton_core::begin::parse_begin(
+                    text,
+                    crate::clock::now_ms(),
+                    crate::clock::local_offset,
+                )
+                .map_err(|e| e.to_string())?,
+            ),
+            None => None,
+        };
         // Relative to the project directory this server runs in (an absolute one replaces it).
         let cwd = match &args.cwd {
             Some(dir) => self.cwd.join(dir),
@@ -751,6 +775,11 @@ impl BatonTools {
             priority: args.priority.unwrap_or(0),
             after: args.after,
             after_any: args.after_any,
+            after_failed: args.after_failed,
+            singleton: args.singleton,
+            begin_at_ms,
+            hold: args.hold,
+            stdin: None,
             time_limit_ms,
             retries: args.retries.unwrap_or(0),
             tags: args.tags,

@@ -495,3 +495,49 @@ fn why_a_job_waits_in_slurm_survives_a_restart() {
     poll(&b, first, 60, "cancelled", ended);
     poll(&b, waiting, 60, "cancelled", ended);
 }
+
+#[test]
+fn cores_and_memory_become_slurms_and_a_held_job_waits_outside_slurm() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let id = b.submit_sh(
+        &["--cpus", "2", "--mem", "100MiB"],
+        "echo \"cpus=$SLURM_CPUS_PER_TASK mem=$SLURM_MEM_PER_NODE baton=$BATON_CPUS\"",
+    );
+    b.wait_ok(&[id]);
+    let stdout = std::fs::read_to_string(b.home.join(format!("jobs/{id}/stdout"))).unwrap();
+    assert!(stdout.contains("cpus=2 mem=100 baton=2"), "{stdout}");
+
+    // Held: baton keeps it; Slurm never sees it until it is released.
+    let held = b.submit(&["--hold", "--", "true"]);
+    let job = b.job(held);
+    assert!(job["held_by"].is_string(), "{job:#}");
+    b.wait_ok(&[b.submit(&["--", "true"])]);
+    assert!(b.job(held)["slurm_job_id"].is_null(), "{:#}", b.job(held));
+    b.run(&["release", &held.to_string()]).expect(0);
+    let done = poll(&b, held, 60, "ended", ended);
+    assert_eq!(done["state"], "succeeded", "{done:#}");
+    assert!(done["slurm_job_id"].is_u64(), "{done:#}");
+}
+
+#[test]
+fn after_failed_is_slurms_afternotok() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let bad = b.submit_sh(&[], "sleep 1; exit 1");
+    let good = b.submit_sh(&[], "sleep 1");
+    let cleanup = b.submit_sh(&["--after-failed", &bad.to_string()], "echo cleaned");
+    let fallback = b.submit_sh(&["--after-failed", &good.to_string()], "echo ran");
+    let c = poll(&b, cleanup, 60, "ended", ended);
+    assert_eq!(c["state"], "succeeded", "{c:#}");
+    let f = poll(&b, fallback, 60, "ended", ended);
+    assert_eq!(f["state"], "failed", "{f:#}");
+    assert!(
+        f["reason"].as_str().unwrap().contains("dependency"),
+        "{f:#}"
+    );
+}

@@ -542,3 +542,95 @@ fn one_user_cannot_freeze_a_shared_daemon() {
     assert!(got.starts_with("HTTP/1.0 408"), "{got}");
     assert!(got.contains("\"error\""), "{got}");
 }
+
+/// Hold, release and update act only on one's own jobs; a file the submitter cannot read is
+/// not given to their job as stdin, though the daemon that opens it is root.
+#[test]
+fn the_queues_verbs_touch_only_ones_own_jobs() {
+    let Some(Shared { b, alice, bob }) = shared_daemon("v", "") else {
+        return;
+    };
+    let gate = submit_as(&b, &alice, &wait_for_file("go.v"));
+    b.wait_running(gate);
+    let work = b.work.to_string_lossy().into_owned();
+    let out = as_user(
+        &b,
+        &alice,
+        &[
+            "submit",
+            "--cwd",
+            &work,
+            "--after",
+            &gate.to_string(),
+            "--",
+            "true",
+        ],
+    )
+    .expect(0);
+    let queued: u64 = out.stdout.trim().parse().unwrap();
+    let id = queued.to_string();
+    for args in [
+        vec!["hold", id.as_str()],
+        vec!["update", id.as_str(), "--priority", "5"],
+    ] {
+        let out = as_user(&b, &bob, &args);
+        assert_eq!(out.code, 2, "bob: baton {args:?}: {out:?}");
+        assert!(out.stderr.contains(&alice.name), "{out:?}");
+    }
+    as_user(&b, &alice, &["hold", &id]).expect(0);
+    let out = as_user(&b, &bob, &["release", &id]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        b.job(queued)["held_by"].is_string(),
+        "bob released alice's job"
+    );
+    assert_eq!(b.job(queued)["priority"], 0);
+
+    // A root-only file: alice's submission is refused before it reaches the daemon.
+    let secret = b.work.join("secret.txt");
+    std::fs::write(&secret, "root only\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = as_user(
+        &b,
+        &alice,
+        &[
+            "submit",
+            "--cwd",
+            &work,
+            "--stdin",
+            secret.to_str().unwrap(),
+            "--",
+            "cat",
+        ],
+    );
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--stdin"), "{out:?}");
+    // Past the client, straight to the API: the job opens the file as alice, and cannot.
+    if have("curl") {
+        let body = serde_json::json!({
+            "command": ["cat"], "cwd": work, "stdin": secret.to_str().unwrap(),
+        });
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", &alice.name, "--", "curl", "-sS", "--unix-socket"])
+            .arg(b.socket.as_ref().unwrap())
+            .args([
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                &body.to_string(),
+            ])
+            .arg("http://baton/v1/jobs");
+        let out = run_cmd(cmd).expect(0);
+        let job: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        let id = job["id"].as_u64().unwrap_or_else(|| panic!("{out:?}"));
+        let ended = b.wait(&[id], "30s");
+        assert_eq!(ended.code, 1, "{ended:?}");
+        let reason = b.job(id)["reason"].as_str().unwrap().to_string();
+        assert!(reason.contains("ermission denied"), "{reason}");
+        assert!(
+            !b.read(&format!("../home/jobs/{id}/stdout"))
+                .contains("root only")
+        );
+    }
+    std::fs::write(b.work.join("go.v"), "").unwrap();
+}

@@ -184,6 +184,11 @@ pub fn after_attempt(job: JobFacts<'_>, ending: Ending, delay: Millis, now: Mill
 pub fn dependency_failure(dep: &Dependency, state: Option<JobState>) -> Option<String> {
     match (state, dep.kind) {
         (None, _) => Some(format!("dependency failed: job {} does not exist", dep.job)),
+        (Some(JobState::Succeeded), DepKind::Failure) => Some(format!(
+            "dependency failed: job {} succeeded, and this job was to run only if it did not \
+             (--after-failed)",
+            dep.job
+        )),
         (Some(JobState::Succeeded), _) => None,
         (Some(s), DepKind::Success) if s.is_terminal() => {
             Some(format!("dependency failed: job {} ended {s}", dep.job))

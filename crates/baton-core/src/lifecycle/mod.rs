@@ -164,6 +164,8 @@ pub struct Queued {
     pub slurm: Option<SlurmQueue>,
     /// A cancel asked of a job Slurm has in its queue: its end comes back through tracking.
     pub cancel_requested_by: Option<String>,
+    /// Held (`baton hold`, `submit --hold`) by this user: it does not start until released.
+    pub held_by: Option<String>,
 }
 
 /// A running attempt.
@@ -235,6 +237,10 @@ pub enum Transition {
     Withdraw { reason: String },
     /// Someone asked to stop it.
     RequestCancel { by: String, reason: String },
+    /// It must not start until released (`baton hold`).
+    Hold { by: String },
+    /// The hold is lifted (`baton release`): it may start again.
+    Unhold { by: String },
     /// A failed attempt goes back to the queue for its retry.
     Retry {
         exit: Exit,
@@ -255,6 +261,11 @@ pub enum Transition {
         reason: Option<String>,
         nodes: Option<String>,
     },
+}
+
+/// What a held job says while it waits.
+pub fn held_reason(by: &str) -> String {
+    format!("held by {by}: `baton release` lets it start")
 }
 
 /// Why a transition does not apply to a job's status (a bug in the caller, or a race the caller
@@ -322,6 +333,8 @@ impl Life {
             Transition::Start { gpus, .. } => ("started", format!("gpus {gpus:?}")),
             Transition::Withdraw { reason } => ("requeued", reason.clone()),
             Transition::RequestCancel { by, .. } => ("cancel-requested", by.clone()),
+            Transition::Hold { by } => ("held", by.clone()),
+            Transition::Unhold { by } => ("hold-released", by.clone()),
             Transition::Retry { reason, .. } => ("retry", reason.clone()),
             Transition::End(e) => (
                 e.outcome.state().as_str(),
@@ -369,6 +382,9 @@ impl Life {
                     reservation: None,
                     ..q.clone()
                 })
+            }
+            (Status::Queued(q), Transition::Start { .. }) if q.held_by.is_some() => {
+                return Err(refuse("start while it is held"));
             }
             (Status::Queued(q), Transition::Start { gpus, at, on }) => {
                 // A reserved job starts on its reservation: those GPUs are held already.
@@ -425,6 +441,31 @@ impl Life {
                     ..q.clone()
                 })
             }
+            (Status::Queued(q), Transition::Hold { by }) => {
+                if q.reservation.is_some() {
+                    return Err(refuse(
+                        "be held while its atomic workflow holds GPUs for it",
+                    ));
+                }
+                if q.slurm.is_some() {
+                    return Err(refuse("be held by baton once it is in Slurm's queue"));
+                }
+                if q.held_by.is_some() {
+                    return Err(refuse("be held twice"));
+                }
+                Status::Queued(Queued {
+                    held_by: Some(by.clone()),
+                    reason: Some(held_reason(by)),
+                    ..q.clone()
+                })
+            }
+            (Status::Queued(q), Transition::Unhold { .. }) if q.held_by.is_some() => {
+                Status::Queued(Queued {
+                    held_by: None,
+                    reason: None,
+                    ..q.clone()
+                })
+            }
             (
                 Status::Running(r),
                 Transition::Retry {
@@ -441,6 +482,7 @@ impl Life {
                     previous: *exit,
                     slurm: None,
                     cancel_requested_by: None,
+                    held_by: None,
                 })
             }
             (Status::Ended(_), Transition::End(_)) => return Err(refuse("end again")),
@@ -580,6 +622,8 @@ impl Transition {
             Transition::Start { .. } => "start",
             Transition::Withdraw { .. } => "have its start withdrawn",
             Transition::RequestCancel { .. } => "be asked to cancel",
+            Transition::Hold { .. } => "be held",
+            Transition::Unhold { .. } => "be released (it is not held)",
             Transition::Retry { .. } => "be retried",
             Transition::End(_) => "end",
             Transition::SlurmSubmitting { .. } => "be submitted to Slurm",

@@ -385,3 +385,45 @@ fn a_dependency_fails_a_job_only_when_it_can_never_be_met() {
     );
     assert!(dependency_failure(&any, None).is_some());
 }
+
+#[test]
+fn a_held_job_does_not_start_until_released() {
+    let by = || "alice".to_string();
+    let (held, fx) = Life::submitted()
+        .apply(&Transition::Hold { by: by() })
+        .unwrap();
+    assert_eq!(fx, Effects::default());
+    let Status::Queued(q) = &held.status else {
+        panic!("{held:?}")
+    };
+    assert_eq!(q.held_by.as_deref(), Some("alice"));
+    assert_eq!(q.reason.as_deref(), Some(held_reason("alice").as_str()));
+    let start = Transition::Start {
+        gpus: vec![0],
+        at: 5,
+        on: Runner::Local,
+    };
+    assert_eq!(
+        held.apply(&start).unwrap_err().what,
+        "start while it is held"
+    );
+    assert!(held.apply(&Transition::Hold { by: by() }).is_err(), "twice");
+    let (free, _) = held.apply(&Transition::Unhold { by: by() }).unwrap();
+    assert_eq!(free, Life::submitted());
+    assert!(free.apply(&Transition::Unhold { by: by() }).is_err());
+    assert!(free.apply(&start).is_ok());
+    // Not a job its atomic workflow reserved GPUs for, nor one in Slurm's queue.
+    let (reserved, _) = Life::submitted()
+        .apply(&Transition::Reserve(Reservation {
+            gpus: vec![1],
+            lease_until: 9,
+        }))
+        .unwrap();
+    assert!(reserved.apply(&Transition::Hold { by: by() }).is_err());
+    let (in_slurm, _) = Life::submitted()
+        .apply(&Transition::SlurmSubmitting { at: 1 })
+        .unwrap();
+    assert!(in_slurm.apply(&Transition::Hold { by: by() }).is_err());
+    // A running job cannot be held.
+    assert!(running(&[0]).apply(&Transition::Hold { by: by() }).is_err());
+}

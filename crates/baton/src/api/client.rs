@@ -499,6 +499,18 @@ impl Client {
         self.post("/cancel", req)
     }
 
+    pub fn hold(&self, ids: &[u64]) -> Result<JobsResponse, ClientError> {
+        self.post("/hold", &HoldRequest { ids: ids.to_vec() })
+    }
+
+    pub fn release(&self, ids: &[u64]) -> Result<JobsResponse, ClientError> {
+        self.post("/release", &HoldRequest { ids: ids.to_vec() })
+    }
+
+    pub fn update(&self, id: u64, req: &UpdateRequest) -> Result<JobView, ClientError> {
+        self.post(&format!("/jobs/{id}/update"), req)
+    }
+
     pub fn events(&self, id: u64) -> Result<Vec<EventView>, ClientError> {
         self.get(&format!("/jobs/{id}/events"))
     }

@@ -59,6 +59,21 @@ pub struct SubmitRequest {
     /// Start after these jobs end, whatever their result.
     #[serde(default)]
     pub after_any: Vec<u64>,
+    /// Start only if these jobs do not succeed (Slurm's `afternotok`).
+    #[serde(default)]
+    pub after_failed: Vec<u64>,
+    /// Start only after every earlier job of the same name and owner has ended.
+    #[serde(default)]
+    pub singleton: bool,
+    /// Start no earlier than this (ms since the epoch; the client parses `--begin`).
+    #[serde(default)]
+    pub begin_at_ms: Option<i64>,
+    /// Queue it held: it starts only after `baton release`.
+    #[serde(default)]
+    pub hold: bool,
+    /// Absolute path of a file the job reads as its stdin (else /dev/null).
+    #[serde(default)]
+    pub stdin: Option<String>,
     #[serde(default)]
     pub time_limit_ms: Option<i64>,
     #[serde(default)]
@@ -98,6 +113,11 @@ impl std::fmt::Debug for SubmitRequest {
             priority,
             after,
             after_any,
+            after_failed,
+            singleton,
+            begin_at_ms,
+            hold,
+            stdin,
             time_limit_ms,
             retries,
             tags,
@@ -118,6 +138,11 @@ impl std::fmt::Debug for SubmitRequest {
             .field("priority", priority)
             .field("after", after)
             .field("after_any", after_any)
+            .field("after_failed", after_failed)
+            .field("singleton", singleton)
+            .field("begin_at_ms", begin_at_ms)
+            .field("hold", hold)
+            .field("stdin", stdin)
             .field("time_limit_ms", time_limit_ms)
             .field("retries", retries)
             .field("tags", tags)
@@ -242,6 +267,18 @@ pub struct JobView {
     pub attempt: u32,
     pub after: Vec<u64>,
     pub after_any: Vec<u64>,
+    /// Runs only if these do not succeed.
+    #[serde(default)]
+    pub after_failed: Vec<u64>,
+    /// Who holds it (`baton hold`); it starts only once released.
+    #[serde(default)]
+    pub held_by: Option<String>,
+    /// It starts no earlier than this (RFC 3339; `--begin`).
+    #[serde(default)]
+    pub begin_at: Option<String>,
+    /// The file it reads as stdin (`--stdin`); null: /dev/null.
+    #[serde(default)]
+    pub stdin: Option<String>,
     pub tags: BTreeMap<String, String>,
     /// Where the report goes when the job ends, as channel specs with secrets omitted.
     pub notify: Vec<String>,
@@ -479,6 +516,41 @@ pub struct CancelRequest {
 pub struct CancelResponse {
     /// The jobs as they are after the request (running ones are being stopped).
     pub jobs: Vec<JobView>,
+}
+
+/// `POST /v1/hold` and `POST /v1/release`: the jobs to hold, or to let start again.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HoldRequest {
+    pub ids: Vec<u64>,
+}
+
+/// The jobs as they are after a hold, release or update.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobsResponse {
+    pub jobs: Vec<JobView>,
+}
+
+/// `POST /v1/jobs/{id}/update`: what to change in a queued job (like `scontrol update`); each
+/// field left out stays as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateRequest {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub priority: Option<i64>,
+    #[serde(default)]
+    pub time_limit_ms: Option<i64>,
+    #[serde(default)]
+    pub gpus: Option<u32>,
+    /// Bytes per GPU; with it the job shares GPUs.
+    #[serde(default)]
+    pub gpu_mem: Option<u64>,
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    #[serde(default)]
+    pub mem: Option<u64>,
 }
 
 /// `GET /v1/jobs/{id}/logs`.

@@ -10,6 +10,7 @@ mod completions;
 mod demo;
 mod events;
 mod gpus;
+mod hold;
 mod info;
 mod logs;
 mod report;
@@ -20,6 +21,7 @@ mod slurm_mail;
 mod stats;
 mod status;
 mod submit;
+mod update;
 mod wait;
 mod workflow;
 
@@ -45,13 +47,19 @@ pub enum Command {
     /// Run the daemon in the foreground until SIGTERM or Ctrl-C (running jobs keep running).
     Serve(serve::Args),
     /// Queue a job: `baton submit --gpus 2 -- python train.py`. Prints the job id.
-    Submit(submit::Args),
+    Submit(Box<submit::Args>),
     /// Show the queue (queued, running and recently ended jobs) or the named jobs.
     Status(status::Args),
     /// Block until the named jobs end, then print how each ended.
     Wait(wait::Args),
     /// Cancel queued or running jobs (SIGTERM to the job's process group, SIGKILL after a grace).
     Cancel(cancel::Args),
+    /// Keep queued jobs from starting until `baton release` (like `scontrol hold`).
+    Hold(hold::Args),
+    /// Let held jobs start again.
+    Release(hold::Args),
+    /// Change a queued job's name, priority, time limit, GPUs, cores or memory.
+    Update(update::Args),
     /// Print a job's output.
     Logs(logs::Args),
     /// Print an ended job's report: how it ended, why, its metrics, files and last output.
@@ -135,10 +143,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo(args) => demo::run(args),
-        Command::Submit(args) => submit::run(args, json),
+        Command::Submit(args) => submit::run(*args, json),
         Command::Status(args) => status::run(args, json),
         Command::Wait(args) => wait::run(args, json),
         Command::Cancel(args) => cancel::run(args, json),
+        Command::Hold(args) => hold::run(args, true, json),
+        Command::Release(args) => hold::run(args, false, json),
+        Command::Update(args) => update::run(args, json),
         Command::Logs(args) => logs::run(args, json),
         Command::Events(args) => events::run(args, json),
         Command::Gpus => gpus::run(json),

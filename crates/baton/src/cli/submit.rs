@@ -42,6 +42,27 @@ pub struct Args {
     /// Start after these jobs end, whatever their result.
     #[arg(long, value_delimiter = ',', value_name = "ID[,ID]")]
     after_any: Vec<u64>,
+    /// Start only if these jobs do not succeed (a clean-up or a fallback; Slurm's afternotok).
+    /// If one succeeds, this job ends `failed` without running.
+    #[arg(long, value_delimiter = ',', value_name = "ID[,ID]")]
+    after_failed: Vec<u64>,
+    /// Start only after every earlier job of yours with the same name has ended (one at a time).
+    #[arg(long)]
+    singleton: bool,
+    /// Start no earlier than TIME: now+2h, 14:00 (today, or tomorrow once passed), 2026-12-03,
+    /// 2026-12-03T09:00 (local time) or RFC 3339 (2026-12-03T09:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    begin: Option<String>,
+    /// Queue it held: it does not start until `baton release ID`.
+    #[arg(long)]
+    hold: bool,
+    /// A variable for the job, on top of this shell's environment (repeatable).
+    #[arg(long = "env", value_parser = parse_env, value_name = "KEY=VALUE")]
+    env: Vec<(String, String)>,
+    /// A file the job reads as its stdin (default: /dev/null; what is piped into `baton submit`
+    /// is not passed on).
+    #[arg(long, value_name = "FILE")]
+    stdin: Option<PathBuf>,
     /// Wall-clock limit, e.g. 90m, 2h, 1h30m, 01:30:00. The job ends `timeout` when it passes.
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     time_limit: Option<i64>,
@@ -73,6 +94,13 @@ pub struct Args {
     command: Vec<String>,
 }
 
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
 fn parse_tag(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
@@ -95,14 +123,37 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         priority: args.priority,
         after: args.after,
         after_any: args.after_any,
+        after_failed: args.after_failed,
+        singleton: args.singleton,
+        begin_at_ms: match &args.begin {
+            Some(text) => Some(
+                baton_core::begin::parse_begin(
+                    text,
+                    crate::clock::now_ms(),
+                    crate::clock::local_offset,
+                )
+                .map_err(|e| UsageError(e.to_string()))?,
+            ),
+            None => None,
+        },
+        hold: args.hold,
+        stdin: args.stdin.clone(),
         time_limit_ms: args.time_limit,
         retries: args.retries,
         tags: args.tags.into_iter().collect::<BTreeMap<_, _>>(),
         notify: args.notify,
         request_id: args.request_id,
         cwd,
-        env: BTreeMap::new(),
+        env: args.env.into_iter().collect(),
     };
+    if args.stdin.is_none()
+        && let Some(what) = piped_stdin()
+    {
+        eprintln!(
+            "baton: note: the job's stdin is /dev/null; the {what} on `baton submit`'s stdin is \
+             not passed on (give the job a file with --stdin FILE)"
+        );
+    }
     let req = request::submit_request(job, request::agent_context())
         .map_err(|e| UsageError(e.to_string()))?;
     let job = connect::submit(&client(), &req)?;
@@ -113,6 +164,18 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     }
     eprintln!("{}", note(&job));
     Ok(ExitCode::SUCCESS)
+}
+
+/// What this process's stdin is, when it is something a user may have meant for the job: a
+/// pipe or a file (not a terminal, not /dev/null, not closed).
+fn piped_stdin() -> Option<&'static str> {
+    let stat = rustix::fs::fstat(std::io::stdin()).ok()?;
+    match rustix::fs::FileType::from_raw_mode(stat.st_mode) {
+        rustix::fs::FileType::Fifo => Some("pipe"),
+        rustix::fs::FileType::RegularFile => Some("file"),
+        rustix::fs::FileType::Socket => Some("socket"),
+        _ => None,
+    }
 }
 
 /// The note on stderr: where the job stands in the queue, and what will happen when it ends:

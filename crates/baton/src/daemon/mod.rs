@@ -647,8 +647,10 @@ pub(crate) fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<Scheduling
                     .zip(job.started_at())
                     .map(|(limit, start)| start.saturating_add(limit)),
             }),
-            // A queued job whose end waits to be recorded is not planned again.
+            // A queued job whose end waits to be recorded is not planned again, nor is a held
+            // one (its recorded reason says it is held).
             JobState::Queued if inner.unrecorded.jobs.contains(&job.id) => {}
+            JobState::Queued if job.held_by().is_some() => {}
             JobState::Queued => {
                 let partners = job.deps.iter().map(|d| d.job).chain(job.colocate.clone());
                 for other in partners {
@@ -668,6 +670,7 @@ pub(crate) fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<Scheduling
                         colocate: job.colocate.clone(),
                         critical_path: job.critical_path,
                         not_before: job.not_before(),
+                        begin: job.begin_at,
                         ..PendingJob::new(
                             job.id,
                             job.priority,

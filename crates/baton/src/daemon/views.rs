@@ -24,6 +24,7 @@ pub fn job_view_for(peer: &Peer, job: &JobRecord) -> JobView {
         view.tags = Default::default();
         view.notify = Vec::new();
         view.session = None;
+        view.stdin = None;
         view.wakes_caller = false;
         view.private = true;
     }
@@ -71,6 +72,10 @@ pub fn job_view(job: &JobRecord) -> JobView {
         attempt: job.attempt(),
         after: deps(DepKind::Success),
         after_any: deps(DepKind::Any),
+        after_failed: deps(DepKind::Failure),
+        held_by: job.held_by().map(str::to_string),
+        begin_at: job.begin_at.map(rfc3339),
+        stdin: job.stdin.clone(),
         tags: job.tags.clone(),
         notify: job.notify.iter().map(|c| c.public_spec()).collect(),
         session: job.session.clone(),

@@ -17,6 +17,11 @@ pub enum RequestError {
     WorkingDirectory { dir: PathBuf, error: std::io::Error },
     #[error("{} is not a directory", dir.display())]
     NotADirectory { dir: PathBuf },
+    #[error("--stdin {}: {error}", path.display())]
+    Stdin {
+        path: PathBuf,
+        error: std::io::Error,
+    },
 }
 
 /// A job as its caller asked for it: everything in a submission but what [`submit_request`]
@@ -31,6 +36,12 @@ pub struct Job {
     pub priority: i64,
     pub after: Vec<u64>,
     pub after_any: Vec<u64>,
+    pub after_failed: Vec<u64>,
+    pub singleton: bool,
+    pub begin_at_ms: Option<i64>,
+    pub hold: bool,
+    /// A file the job reads as stdin, as the caller gave it (made absolute here).
+    pub stdin: Option<PathBuf>,
     pub time_limit_ms: Option<i64>,
     pub retries: u32,
     pub tags: BTreeMap<String, String>,
@@ -60,6 +71,14 @@ pub fn submit_request(job: Job, context: AgentContext) -> Result<SubmitRequest, 
         priority: job.priority,
         after: job.after,
         after_any: job.after_any,
+        after_failed: job.after_failed,
+        singleton: job.singleton,
+        begin_at_ms: job.begin_at_ms,
+        hold: job.hold,
+        stdin: match &job.stdin {
+            Some(path) => Some(stdin_file(path)?.display().to_string()),
+            None => None,
+        },
         time_limit_ms: job.time_limit_ms,
         retries: job.retries,
         tags: job.tags,
@@ -70,6 +89,21 @@ pub fn submit_request(job: Job, context: AgentContext) -> Result<SubmitRequest, 
         context,
         request_id: job.request_id,
     })
+}
+
+/// The file a job reads as stdin: absolute, and one the caller can read (the daemon, maybe
+/// root, opens it as the job's user; a file the caller cannot read is refused here).
+fn stdin_file(path: &Path) -> Result<PathBuf, RequestError> {
+    let bad = |error| RequestError::Stdin {
+        path: path.to_path_buf(),
+        error,
+    };
+    let absolute = path.canonicalize().map_err(bad)?;
+    std::fs::File::open(&absolute).map_err(bad)?;
+    if !absolute.is_file() {
+        return Err(bad(std::io::Error::other("not a regular file")));
+    }
+    Ok(absolute)
 }
 
 fn working_directory(dir: &Path) -> Result<PathBuf, RequestError> {

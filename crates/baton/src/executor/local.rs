@@ -152,6 +152,7 @@ impl LocalBackend {
             cgroup: cgroup.map(|dir| dir.display().to_string()),
             cpus: job.request.cpus,
             mem_limit: (job.request.mem > 0).then_some(job.request.mem),
+            stdin: job.stdin.clone(),
         })
     }
 

@@ -83,6 +83,9 @@ pub struct Launch {
     /// no cgroup has the memory controller, the supervisor's watch of its processes.
     #[serde(default)]
     pub mem_limit: Option<u64>,
+    /// A file the job reads as its stdin (else /dev/null), opened as the job's user.
+    #[serde(default)]
+    pub stdin: Option<String>,
 }
 
 /// How an attempt ended, as the supervisor saw it.

@@ -321,6 +321,18 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
             cmd.current_dir(&launch.cwd);
         }
     }
+    if let Some(path) = &launch.stdin {
+        if as_other {
+            // Opened by the child once it is the job's user, so that the file is read with
+            // that user's permissions, not root's.
+            stdin_as_user(&mut cmd, path)?;
+        } else {
+            let file = fs::File::open(path).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot open --stdin {path}: {e}"))
+            })?;
+            cmd.stdin(file);
+        }
+    }
     // The daemon's umask (077) protects its own files; the job gets its submitter's. Set here
     // rather than in the child, so that the job can be started with posix_spawn.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(
@@ -333,6 +345,28 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
             std::io::Error::new(e.kind(), format!("cannot run {program}: {e}"))
         }
     })
+}
+
+/// Makes the child open `path` as its stdin after it has dropped to the job's user (the
+/// pre-exec steps run in order; `drop_privileges` registered its own first).
+fn stdin_as_user(cmd: &mut tokio::process::Command, path: &str) -> std::io::Result<()> {
+    let path = std::ffi::CString::new(path)
+        .map_err(|_| std::io::Error::other("--stdin path holds a NUL byte"))?;
+    // SAFETY: open, dup2 and close are async-signal-safe; the path was made before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::dup2(fd, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            Ok(())
+        });
+    }
+    Ok(())
 }
 
 /// Makes the child move itself into the cgroup whose `cgroup.procs` is `procs` ("0" names the

@@ -49,6 +49,10 @@ pub struct JobRecord {
     pub critical_path: Millis,
     /// The jobs of the tasks it asked to share a node with (`colocate_with`).
     pub colocate: Vec<JobId>,
+    /// It starts no earlier than this (`--begin`).
+    pub begin_at: Option<Millis>,
+    /// The file its stdin reads (`--stdin`); else /dev/null.
+    pub stdin: Option<String>,
     /// Its status and attempts: private, so that only the store (from a transition) makes it.
     life: Life,
 }
@@ -75,6 +79,10 @@ pub struct NewJob {
     pub workflow_id: Option<u64>,
     pub task: Option<String>,
     pub critical_path: Millis,
+    pub begin_at: Option<Millis>,
+    pub stdin: Option<String>,
+    /// Queued held by this user (`submit --hold`).
+    pub held_by: Option<String>,
 }
 
 impl std::fmt::Debug for JobRecord {
@@ -103,6 +111,8 @@ impl std::fmt::Debug for JobRecord {
             task,
             critical_path,
             colocate,
+            begin_at,
+            stdin,
             life,
         } = self;
         f.debug_struct("JobRecord")
@@ -127,6 +137,8 @@ impl std::fmt::Debug for JobRecord {
             .field("task", task)
             .field("critical_path", critical_path)
             .field("colocate", colocate)
+            .field("begin_at", begin_at)
+            .field("stdin", stdin)
             .field("life", life)
             .finish()
     }
@@ -154,6 +166,9 @@ impl std::fmt::Debug for NewJob {
             workflow_id,
             task,
             critical_path,
+            begin_at,
+            stdin,
+            held_by,
         } = self;
         f.debug_struct("NewJob")
             .field("name", name)
@@ -175,8 +190,42 @@ impl std::fmt::Debug for NewJob {
             .field("workflow_id", workflow_id)
             .field("task", task)
             .field("critical_path", critical_path)
+            .field("begin_at", begin_at)
+            .field("stdin", stdin)
+            .field("held_by", held_by)
             .finish()
     }
+}
+
+/// What `baton update` changes in a queued job; `None` leaves a field as it is.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SpecChange {
+    pub name: Option<String>,
+    pub priority: Option<i64>,
+    pub time_limit: Option<Millis>,
+    pub request: Option<ResourceRequest>,
+}
+
+/// `2 GPUs, 4 CPUs, 8 GiB`: a request as an event says it.
+fn request_text(r: &ResourceRequest) -> String {
+    let gpus = match r.mem_per_gpu {
+        None => format!("{} GPU{}", r.count, if r.count == 1 { "" } else { "s" }),
+        Some(mem) => format!(
+            "{} GPU{} with {}",
+            r.count,
+            if r.count == 1 { "" } else { "s" },
+            baton_core::units::format_size(mem)
+        ),
+    };
+    let mut text = format!(
+        "{gpus}, {} CPU{}",
+        r.cpus,
+        if r.cpus == 1 { "" } else { "s" }
+    );
+    if r.mem > 0 {
+        text.push_str(&format!(", {}", baton_core::units::format_size(r.mem)));
+    }
+    text
 }
 
 /// A job's new life, as committed by [`Store::commit_all`]: only the store makes one, so a
@@ -199,8 +248,7 @@ impl JobRecord {
         }
     }
 
-    /// Its status and attempts.
-    #[cfg(test)]
+    /// Its status and attempts (to read; only the store makes a new one).
     pub fn life(&self) -> &Life {
         &self.life
     }
@@ -294,6 +342,11 @@ impl JobRecord {
         self.queued()?.reservation.as_ref().map(|r| r.lease_until)
     }
 
+    /// Who holds it, while it is held.
+    pub fn held_by(&self) -> Option<&str> {
+        self.queued()?.held_by.as_deref()
+    }
+
     /// A retry waits out its backoff: the next attempt starts no earlier than this.
     pub fn not_before(&self) -> Option<Millis> {
         self.queued()?.not_before
@@ -360,6 +413,9 @@ impl NewJob {
             workflow_id: None,
             task: None,
             critical_path: 0,
+            begin_at: None,
+            stdin: None,
+            held_by: None,
         }
     }
 }
@@ -407,6 +463,9 @@ columns!(
         slurm_nodes,
         slurm_state,
         not_before,
+        held_by,
+        begin_at,
+        stdin,
     }
 );
 
@@ -453,7 +512,9 @@ impl Store {
             task: job.task.clone(),
             critical_path: job.critical_path,
             colocate: Vec::new(),
-            life: Life::submitted(),
+            begin_at: job.begin_at,
+            stdin: job.stdin.clone(),
+            life: submitted_life(job),
         })
     }
 
@@ -648,6 +709,83 @@ impl Store {
         })
     }
 
+    /// Changes what a queued job asks for (`baton update`), with one event per field changed.
+    pub fn update_spec(
+        &mut self,
+        job: &JobRecord,
+        change: &SpecChange,
+        at: Millis,
+    ) -> Result<JobRecord, StoreError> {
+        let mut updated = job.clone();
+        let mut events: Vec<(&str, String)> = Vec::new();
+        if let Some(name) = &change.name
+            && *name != job.name
+        {
+            events.push(("name", format!("name {name:?} (was {:?})", job.name)));
+            updated.name = name.clone();
+        }
+        if let Some(priority) = change.priority
+            && priority != job.priority
+        {
+            events.push((
+                "priority",
+                format!("priority {priority} (was {})", job.priority),
+            ));
+            updated.priority = priority;
+        }
+        if let Some(limit) = change.time_limit
+            && Some(limit) != job.time_limit
+        {
+            let was = job
+                .time_limit
+                .map_or("none".to_string(), baton_core::units::format_duration);
+            events.push((
+                "time-limit",
+                format!(
+                    "time limit {} (was {was})",
+                    baton_core::units::format_duration(limit)
+                ),
+            ));
+            updated.time_limit = Some(limit);
+        }
+        if let Some(request) = change.request
+            && request != job.request
+        {
+            events.push((
+                "resources",
+                format!(
+                    "{} (was {})",
+                    request_text(&request),
+                    request_text(&job.request)
+                ),
+            ));
+            updated.request = request;
+        }
+        if events.is_empty() {
+            return Ok(updated);
+        }
+        let tx = self.conn.transaction()?;
+        tx.prepare_cached(
+            "UPDATE jobs SET name = ?1, priority = ?2, time_limit_ms = ?3, gpus_requested = ?4, \
+             gpu_mem = ?5, cpus = ?6, mem = ?7 WHERE id = ?8",
+        )?
+        .execute(params![
+            updated.name,
+            updated.priority,
+            updated.time_limit,
+            updated.request.count,
+            updated.request.mem_per_gpu.map(|m| m as i64),
+            updated.request.cpus,
+            updated.request.mem as i64,
+            job.id.0 as i64,
+        ])?;
+        for (kind, detail) in &events {
+            log_event(&tx, job.id.0, at, &format!("updated-{kind}"), detail)?;
+        }
+        tx.commit()?;
+        Ok(updated)
+    }
+
     /// The job `owner_uid` queued with the idempotency key `request_id`, if any.
     pub fn job_for_request(
         &self,
@@ -703,7 +841,7 @@ impl Store {
 }
 
 /// The default name is the program's file name, as squeue shows it.
-fn default_name(job: &NewJob) -> String {
+pub fn default_name(job: &NewJob) -> String {
     job.name.clone().unwrap_or_else(|| {
         let program = job.command.first().map(String::as_str).unwrap_or("job");
         program.rsplit('/').next().unwrap_or(program).to_string()
@@ -718,9 +856,10 @@ pub(super) fn insert_job(
     tx.prepare_cached(
         "INSERT INTO jobs (name, state, command, cwd, env, owner_uid, owner, priority, \
          gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus, umask, \
-         notify, session, workflow_id, task, critical_path_ms, cpus, mem) \
+         notify, session, workflow_id, task, critical_path_ms, cpus, mem, begin_at, stdin, held_by, \
+         reason) \
          VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]', ?15, ?16, ?17, \
-         ?18, ?19, ?20, ?21, ?22)",
+         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
     )?
     .execute(params![
         default_name(job),
@@ -745,10 +884,27 @@ pub(super) fn insert_job(
         job.critical_path,
         job.request.cpus,
         job.request.mem as i64,
+        job.begin_at,
+        job.stdin,
+        job.held_by,
+        job.held_by.as_deref().map(baton_core::lifecycle::held_reason),
     ])?;
     let id = tx.last_insert_rowid() as u64;
     log_event(tx, id, job.submitted_at, "submitted", &job.owner)?;
+    if let Some(by) = &job.held_by {
+        log_event(tx, id, job.submitted_at, "held", by)?;
+    }
     Ok(JobId(id))
+}
+
+/// A job's life as it is queued: held, when it was submitted held.
+fn submitted_life(job: &NewJob) -> Life {
+    let mut life = Life::submitted();
+    if let (Some(by), Status::Queued(q)) = (&job.held_by, &mut life.status) {
+        q.held_by = Some(by.clone());
+        q.reason = Some(baton_core::lifecycle::held_reason(by));
+    }
+    life
 }
 
 fn deps_to_json(deps: &[Dependency]) -> Vec<(u64, &'static str)> {
@@ -759,6 +915,7 @@ fn deps_to_json(deps: &[Dependency]) -> Vec<(u64, &'static str)> {
                 match d.kind {
                     DepKind::Success => "success",
                     DepKind::Any => "any",
+                    DepKind::Failure => "failure",
                 },
             )
         })
@@ -789,10 +946,10 @@ fn read_row(r: &Row<'_>, c: &JobColumns) -> rusqlite::Result<Result<JobRecord, S
             .into_iter()
             .map(|(job, kind)| Dependency {
                 job: JobId(job),
-                kind: if kind == "any" {
-                    DepKind::Any
-                } else {
-                    DepKind::Success
+                kind: match kind.as_str() {
+                    "any" => DepKind::Any,
+                    "failure" => DepKind::Failure,
+                    _ => DepKind::Success,
                 },
             })
             .collect();
@@ -833,6 +990,7 @@ fn read_row(r: &Row<'_>, c: &JobColumns) -> rusqlite::Result<Result<JobRecord, S
             slurm_nodes: r.get(c.slurm_nodes)?,
             slurm_state: r.get(c.slurm_state)?,
             not_before: r.get(c.not_before)?,
+            held_by: r.get(c.held_by)?,
         };
         let life = columns.into_life().map_err(corrupt)?;
         Ok(JobRecord {
@@ -865,6 +1023,8 @@ fn read_row(r: &Row<'_>, c: &JobColumns) -> rusqlite::Result<Result<JobRecord, S
                 .into_iter()
                 .map(JobId)
                 .collect(),
+            begin_at: r.get(c.begin_at)?,
+            stdin: r.get(c.stdin)?,
             life,
         })
     };
@@ -890,6 +1050,7 @@ struct LifeColumns {
     slurm_nodes: Option<String>,
     slurm_state: Option<String>,
     not_before: Option<Millis>,
+    held_by: Option<String>,
 }
 
 impl LifeColumns {
@@ -910,6 +1071,7 @@ impl LifeColumns {
             slurm_nodes: None,
             slurm_state: None,
             not_before: None,
+            held_by: None,
         };
         let mut slurm = |job: Option<&SlurmJob>| {
             if let Some(job) = job {
@@ -932,6 +1094,7 @@ impl LifeColumns {
                 c.lease_until = q.reservation.as_ref().map(|r| r.lease_until);
                 c.cancel_requested_by = q.cancel_requested_by.clone();
                 c.not_before = q.not_before;
+                c.held_by = q.held_by.clone();
             }
             Status::Running(r) => {
                 if let Runner::Slurm(job) = &r.on {
@@ -981,6 +1144,7 @@ impl LifeColumns {
                     (None, None) => None,
                 },
                 cancel_requested_by: self.cancel_requested_by,
+                held_by: self.held_by,
             }),
             // Every baton records a start time with the start; a row without one still reads
             // (as started at the epoch) rather than keeping the daemon from opening.
@@ -1018,7 +1182,7 @@ fn write_life(tx: &Transaction<'_>, id: JobId, life: &Life) -> Result<(), StoreE
         "UPDATE jobs SET state = ?1, attempt = ?2, gpus = ?3, started_at = ?4, ended_at = ?5, \
          exit_code = ?6, signal = ?7, reason = ?8, reserved = ?9, lease_until = ?10, \
          cancel_requested_by = ?11, slurm_id = ?12, slurm_submitting_at = ?13, slurm_nodes = ?14, \
-         slurm_state = ?15, not_before = ?16 WHERE id = ?17",
+         slurm_state = ?15, not_before = ?16, held_by = ?17 WHERE id = ?18",
     )?
     .execute(params![
         c.state.as_str(),
@@ -1037,6 +1201,7 @@ fn write_life(tx: &Transaction<'_>, id: JobId, life: &Life) -> Result<(), StoreE
         c.slurm_nodes,
         c.slurm_state,
         c.not_before,
+        c.held_by,
         id.0 as i64,
     ])?;
     Ok(())
@@ -1055,6 +1220,43 @@ mod tests {
             at,
             on: Runner::Local,
         }
+    }
+
+    #[test]
+    fn a_hold_is_written_and_read_back_and_a_held_job_does_not_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
+        let job = store
+            .insert(&NewJob {
+                held_by: Some("alice".into()),
+                ..new_job(&["true"])
+            })
+            .unwrap();
+        assert_eq!(store.get(job.id).unwrap().unwrap(), job);
+        assert_eq!(job.held_by(), Some("alice"));
+        assert!(job.reason().unwrap().starts_with("held by alice"));
+        assert!(matches!(
+            store.apply(&job, &start(&[0], 10), 10),
+            Err(StoreError::Refused { .. })
+        ));
+        let by = "bob".to_string();
+        let (released, _) = store
+            .apply(&job, &Transition::Unhold { by: by.clone() }, 20)
+            .unwrap();
+        assert_eq!(store.get(job.id).unwrap().unwrap(), released);
+        assert_eq!((released.held_by(), released.reason()), (None, None));
+        let (held, _) = store
+            .apply(&released, &Transition::Hold { by }, 30)
+            .unwrap();
+        assert_eq!(store.get(job.id).unwrap().unwrap(), held);
+        assert_eq!(held.held_by(), Some("bob"));
+        let kinds: Vec<String> = store
+            .events(job.id)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(kinds, ["submitted", "held", "hold-released", "held"]);
     }
 
     #[test]

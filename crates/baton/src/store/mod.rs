@@ -58,7 +58,7 @@ pub use deliveries::{Delivery, DeliveryState};
 // No caller names `Event` today (they take it from `events()`), but it stays where it was.
 #[allow(unused_imports)]
 pub use events::Event;
-pub use jobs::{JobRecord, NewJob};
+pub use jobs::{JobRecord, NewJob, SpecChange, default_name};
 pub use monitor::{AuditEntry, GpuMinuteSample, JobGpuSample, JobGpuUsage};
 pub use rusqlite::Transaction;
 pub use workflows::{NewTask, NewWorkflow, WorkflowRecord};
@@ -174,6 +174,9 @@ mod tests {
             workflow_id: None,
             task: None,
             critical_path: 0,
+            begin_at: Some(5_000),
+            stdin: Some("/tmp/input.txt".into()),
+            held_by: None,
         }
     }
 

@@ -148,6 +148,11 @@ const MIGRATIONS: &[&str] = &[
     // for one core and no memory, the defaults of a new submission.
     "ALTER TABLE jobs ADD COLUMN cpus INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE jobs ADD COLUMN mem INTEGER NOT NULL DEFAULT 0;",
+    // 12: the queue's verbs (issue 15): a job held until released, one that begins no earlier
+    // than a time, and one that reads a file as its stdin.
+    "ALTER TABLE jobs ADD COLUMN held_by TEXT;
+    ALTER TABLE jobs ADD COLUMN begin_at INTEGER;
+    ALTER TABLE jobs ADD COLUMN stdin TEXT;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

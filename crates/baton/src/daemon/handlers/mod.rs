@@ -5,6 +5,7 @@ mod audit;
 mod cancel;
 mod events;
 mod gpus;
+mod hold;
 mod hook;
 mod info;
 mod list;
@@ -15,6 +16,7 @@ mod shutdown;
 mod slurm;
 mod stats;
 mod submit;
+mod update;
 mod wait;
 mod workflow;
 
@@ -37,6 +39,9 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/jobs/{id}/report", get(report::handle))
         .route("/wait", post(wait::handle))
         .route("/cancel", post(cancel::handle))
+        .route("/hold", post(hold::hold))
+        .route("/release", post(hold::release))
+        .route("/jobs/{id}/update", post(update::handle))
         .route("/hook/claim", post(hook::claim))
         .route("/hook/delivered", post(hook::delivered))
         .route("/gpus", get(gpus::handle))

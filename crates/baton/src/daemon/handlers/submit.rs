@@ -24,7 +24,8 @@ pub async fn handle(
     Json(req): Json<SubmitRequest>,
 ) -> Result<Json<JobView>, ApiError> {
     let request_id = request_id(&headers, req.request_id.as_deref())?;
-    let job = validate(&daemon, &peer, req)?;
+    let singleton = req.singleton;
+    let mut job = validate(&daemon, &peer, req)?;
     let view = {
         let mut inner = daemon.lock();
         // A repeat of a submission already queued (its answer was lost): the same job again.
@@ -55,6 +56,25 @@ pub async fn handle(
                     "--after: job {} does not exist (the newest job is {newest})",
                     dep.job
                 )));
+            }
+        }
+        if singleton {
+            // Slurm's `--dependency=singleton`: after every earlier job of this name and owner
+            // that has not ended, whatever their results.
+            let name = crate::store::default_name(&job);
+            let earlier: Vec<JobId> = inner
+                .jobs
+                .active()
+                .filter(|j| j.owner_uid == job.owner_uid && j.name == name)
+                .map(|j| j.id)
+                .collect();
+            for id in earlier {
+                if !job.deps.iter().any(|d| d.job == id) {
+                    job.deps.push(Dependency {
+                        job: id,
+                        kind: DepKind::Any,
+                    });
+                }
             }
         }
         let record = inner.jobs.submit(&job, request_id.as_deref())?;
@@ -259,6 +279,7 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
     for (ids, kind) in [
         (&req.after, DepKind::Success),
         (&req.after_any, DepKind::Any),
+        (&req.after_failed, DepKind::Failure),
     ] {
         for &id in ids {
             if !deps.iter().any(|d| d.job.0 == id) {
@@ -269,10 +290,22 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
             }
         }
     }
+    if let Some(path) = &req.stdin {
+        input::check_path(path).map_err(|e| ApiError::BadRequest(format!("--stdin: {e}")))?;
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return bad(format!("--stdin {path} is not a regular file")),
+            Err(e) => return bad(format!("--stdin {path}: {e}")),
+        }
+    }
+    let owner = users::name_of(peer.uid);
     let (env, notify) =
         env_and_channels(daemon, peer, req.env, &req.notify, &req.context, &req.cwd)?;
     let session = req.context.session();
     Ok(NewJob {
+        begin_at: req.begin_at_ms,
+        stdin: req.stdin,
+        held_by: req.hold.then(|| owner.clone()),
         notify,
         session,
         workflow_id: None,
@@ -283,7 +316,7 @@ fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, 
         cwd: req.cwd,
         env,
         owner_uid: peer.uid,
-        owner: users::name_of(peer.uid),
+        owner,
         priority: req.priority,
         request,
         time_limit: req.time_limit_ms,

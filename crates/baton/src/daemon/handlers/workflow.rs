@@ -138,6 +138,9 @@ pub async fn submit(
                     workflow_id: None,
                     task: Some(task.name.clone()),
                     critical_path: path.remaining_ms[t],
+                    begin_at: None,
+                    stdin: None,
+                    held_by: None,
                 };
                 NewTask {
                     job,

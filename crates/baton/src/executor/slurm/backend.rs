@@ -163,7 +163,12 @@ impl SlurmBackend {
                 }
             };
             'jobs: for job in queued {
-                if let Some(at) = job.not_before().filter(|&at| at > now) {
+                // Held: baton keeps it until it is released (its reason says so).
+                if job.held_by().is_some() {
+                    continue;
+                }
+                let later = job.not_before().into_iter().chain(job.begin_at).max();
+                if let Some(at) = later.filter(|&at| at > now) {
                     next_wakeup = Some(next_wakeup.map_or(at, |n| n.min(at)));
                     continue;
                 }
@@ -172,6 +177,7 @@ impl SlurmBackend {
                     let kind = match d.kind {
                         DepKind::Success => "afterok",
                         DepKind::Any => "afterany",
+                        DepKind::Failure => "afternotok",
                     };
                     match inner.get(d.job) {
                         Some(dep) => match dep.slurm_id() {
