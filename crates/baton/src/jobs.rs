@@ -187,6 +187,30 @@ impl JobTable {
         Ok(done)
     }
 
+    /// Puts an ended job back in the queue (`Transition::Requeue`): the store's copy is the one
+    /// changed, since an ended job is not in memory, and the deliveries of its earlier end are
+    /// superseded in the same commit (none of them still waiting is sent). The job is active
+    /// again from then on. A job that has not ended, or that succeeded, is refused by
+    /// `Life::apply`, and nothing changes.
+    pub fn requeue(&mut self, id: JobId, by: &str, at: Millis) -> Result<JobRecord, TableError> {
+        let mut job = self.lookup(id)?.ok_or(TableError::Unknown(id))?;
+        let requeue = Transition::Requeue { by: by.to_string() };
+        let committed = self
+            .store
+            .commit_all(&[(&job, requeue)], at, |tx| {
+                crate::store::supersede_deliveries(tx, id, at)
+            })?
+            .into_iter()
+            .next();
+        let Some((life, _effects)) = committed else {
+            return Err(TableError::Unknown(id)); // one change in, one out: not reached
+        };
+        job.take(life);
+        self.shown.remove(&id);
+        self.active.insert(id, job.clone());
+        Ok(job)
+    }
+
     /// Sets a job's priority (a waste rule lowered it).
     pub fn set_priority(&mut self, id: JobId, priority: i64, at: Millis) -> Result<(), TableError> {
         let job = self.active.get(&id).ok_or(TableError::NotActive(id))?;
@@ -357,6 +381,7 @@ fn moves_state(transition: &Transition) -> bool {
             | Transition::Withdraw { .. }
             | Transition::Retry { .. }
             | Transition::End(_)
+            | Transition::Requeue { .. }
     )
 }
 
@@ -365,6 +390,8 @@ fn moves_state(transition: &Transition) -> bool {
 pub enum TableError {
     #[error("job {0} is not queued or running")]
     NotActive(JobId),
+    #[error("job {0} does not exist")]
+    Unknown(JobId),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -382,7 +409,9 @@ impl TableError {
     pub fn is_moot(&self) -> bool {
         matches!(
             self,
-            TableError::NotActive(_) | TableError::Store(StoreError::Refused { .. })
+            TableError::NotActive(_)
+                | TableError::Unknown(_)
+                | TableError::Store(StoreError::Refused { .. })
         )
     }
 

@@ -13,8 +13,11 @@ mod gpus;
 mod info;
 mod logs;
 mod report;
+mod requeue;
+mod resubmit;
 mod serve;
 mod shutdown;
+mod signal;
 mod sim;
 mod slurm_mail;
 mod stats;
@@ -52,6 +55,12 @@ pub enum Command {
     Wait(wait::Args),
     /// Cancel queued or running jobs (SIGTERM to the job's process group, SIGKILL after a grace).
     Cancel(cancel::Args),
+    /// Run jobs that failed, were cancelled or timed out again, as new attempts of the same ids.
+    Requeue(requeue::Args),
+    /// Queue a new job with an earlier job's spec (not its dependencies), with overrides.
+    Resubmit(resubmit::Args),
+    /// Send a signal (TERM, SIGUSR1, 10, ...) to every process of a running job.
+    Signal(signal::Args),
     /// Print a job's output.
     Logs(logs::Args),
     /// Print an ended job's report: how it ended, why, its metrics, files and last output.
@@ -84,7 +93,7 @@ pub enum Command {
     /// Internal: the per-job supervisor the daemon starts.
     #[command(hide = true)]
     Supervise { dir: std::path::PathBuf },
-    /// DAG workflows: `baton workflow submit FILE`, `status ID`, `cancel ID`.
+    /// DAG workflows: `baton workflow submit FILE`, `status ID`, `cancel ID`, `list`.
     #[command(subcommand)]
     Workflow(workflow::Command),
     /// Set an agent up for reliable wake-ups, and the hook that waits for its jobs.
@@ -139,6 +148,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => status::run(args, json),
         Command::Wait(args) => wait::run(args, json),
         Command::Cancel(args) => cancel::run(args, json),
+        Command::Requeue(args) => requeue::run(args, json),
+        Command::Resubmit(args) => resubmit::run(args, json),
+        Command::Signal(args) => signal::run(args, json),
         Command::Logs(args) => logs::run(args, json),
         Command::Events(args) => events::run(args, json),
         Command::Gpus => gpus::run(json),

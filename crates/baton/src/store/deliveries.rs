@@ -2,7 +2,9 @@
 //! `DeliveryState`), and the wake chain that links a job's session channels so that each is
 //! tried only if the one before it did not reach the session: rows queued at a job's end or a
 //! workflow's, due rows, recorded outcomes and how the chain moves on, and the Claude Code
-//! hook's claim on an ended job's chain (`claim_ended`).
+//! hook's claim on an ended job's chain (`claim_ended`), and the rows a requeue supersedes
+//! (`supersede_deliveries`): a job requeued has one set of deliveries per end, and only the
+//! latest is current.
 
 use baton_core::{JobId, Millis};
 use rusqlite::params;
@@ -65,9 +67,13 @@ impl Store {
             .query_row([], |r| r.get("next_at"))?)
     }
 
-    /// Every delivery of a job's report, in channel order.
+    /// Every delivery of a job's report (of its latest end, for a job that was requeued), in
+    /// channel order.
     pub fn deliveries(&self, job: JobId) -> Result<Vec<Delivery>, StoreError> {
-        self.deliveries_where("WHERE job_id = ?1 ORDER BY id", params![job.0 as i64])
+        self.deliveries_where(
+            "WHERE job_id = ?1 AND superseded_at IS NULL ORDER BY id",
+            params![job.0 as i64],
+        )
     }
 
     fn deliveries_where(
@@ -245,6 +251,26 @@ impl Store {
             ])?;
         Ok(true)
     }
+}
+
+/// The deliveries of a job's earlier end, as it is requeued (in the requeue's transaction): none
+/// is current any more, and those not sent yet (pending, standing by) never will be: the report
+/// they carry is about an attempt that is over, and the next end brings its own. A delivery
+/// already in flight finishes; its outcome is not recorded over `unneeded`.
+pub(crate) fn supersede_deliveries(
+    tx: &rusqlite::Transaction<'_>,
+    job: JobId,
+    at: Millis,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "UPDATE deliveries SET superseded_at = ?1, \
+         error = CASE WHEN state IN ('pending', 'standby') THEN 'the job was requeued first' \
+             ELSE error END, \
+         state = CASE WHEN state IN ('pending', 'standby') THEN 'unneeded' ELSE state END \
+         WHERE job_id = ?2 AND superseded_at IS NULL",
+    )?
+    .execute(params![at, job.0 as i64])?;
+    Ok(())
 }
 
 /// One pending delivery per channel; the session channels after the first stand by, each for

@@ -148,6 +148,11 @@ const MIGRATIONS: &[&str] = &[
     // for one core and no memory, the defaults of a new submission.
     "ALTER TABLE jobs ADD COLUMN cpus INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE jobs ADD COLUMN mem INTEGER NOT NULL DEFAULT 0;",
+    // 12 (branch `verbs`; renumber at merge, keep it last): `baton requeue` runs an ended job
+    // again under the same id. The deliveries of its earlier end are marked superseded then
+    // (`superseded_at`): none still waiting is sent, and only the current end's are read back
+    // (the report's deliveries, the hook's claim, the inbox fallback's check for a duplicate).
+    "ALTER TABLE deliveries ADD COLUMN superseded_at INTEGER;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

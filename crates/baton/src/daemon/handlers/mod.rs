@@ -11,12 +11,16 @@ mod list;
 mod logs;
 mod metrics;
 mod report;
+mod requeue;
+mod resubmit;
 mod shutdown;
+mod signal;
 mod slurm;
 mod stats;
 mod submit;
 mod wait;
 mod workflow;
+mod workflow_list;
 
 pub(crate) use workflow::view as workflow_view;
 
@@ -35,6 +39,9 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/jobs/{id}/logs", get(logs::handle))
         .route("/jobs/{id}/events", get(events::handle))
         .route("/jobs/{id}/report", get(report::handle))
+        .route("/jobs/{id}/resubmit", post(resubmit::handle))
+        .route("/jobs/{id}/signal", post(signal::handle))
+        .route("/requeue", post(requeue::handle))
         .route("/wait", post(wait::handle))
         .route("/cancel", post(cancel::handle))
         .route("/hook/claim", post(hook::claim))
@@ -44,7 +51,10 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/stats", get(stats::handle))
         .route("/slurm/poke", post(slurm::poke))
         .route("/shutdown", post(shutdown::handle))
-        .route("/workflows", post(workflow::submit))
+        .route(
+            "/workflows",
+            post(workflow::submit).get(workflow_list::handle),
+        )
         .route("/workflows/{id}", get(workflow::status))
         .route("/workflows/{id}/cancel", post(workflow::cancel));
     let app = Router::new()
