@@ -480,6 +480,41 @@ mod tests {
         assert_eq!(table(dir.path()).active().count(), 0);
     }
 
+    /// A requeue takes an ended job from the store back into memory, where both agree; a job
+    /// that succeeded, or that does not exist, is refused and nothing changes.
+    #[test]
+    fn a_requeued_job_is_active_again_and_agrees_with_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut jobs = table(dir.path());
+        let failed = jobs.submit(&NewJob::plain(&["false"], 1), None).unwrap().id;
+        let ok = jobs.submit(&NewJob::plain(&["true"], 1), None).unwrap().id;
+        for (id, ending) in [
+            (failed, Ending::failed("exit code 1", 2)),
+            (ok, Ending::succeeded(2)),
+        ] {
+            let start = Transition::Start {
+                gpus: vec![0],
+                at: 1,
+                on: Runner::Local,
+            };
+            jobs.apply(id, start, 1).unwrap();
+            jobs.apply(id, Transition::End(ending), 2).unwrap();
+        }
+        let job = jobs.requeue(failed, "alice", 3).unwrap();
+        assert_eq!((job.state(), job.attempt()), (JobState::Queued, 1));
+        assert_eq!(jobs.get(failed), Some(&job));
+        assert_eq!(jobs.store().get(failed).unwrap().as_ref(), Some(&job));
+        let refused = jobs.requeue(ok, "alice", 4).unwrap_err();
+        assert!(refused.is_moot(), "{refused}");
+        assert!(!jobs.is_active(ok));
+        assert!(matches!(
+            jobs.requeue(JobId(99), "alice", 4),
+            Err(TableError::Unknown(_))
+        ));
+        // Queued again: requeued twice is refused until it ends.
+        assert!(jobs.requeue(failed, "alice", 5).unwrap_err().is_moot());
+    }
+
     /// Why a queued job waits in the latest pass is shown over its recorded reason, and goes
     /// with its next transition; it is never stored.
     #[test]

@@ -467,6 +467,88 @@ mod tests {
         assert_eq!(chain_states(&store, hooked)[1], ("tmux", "pending"));
     }
 
+    /// A requeued job's earlier deliveries are no longer its own: those not sent never are, and
+    /// its next end's deliveries are the only ones read back (and checked for duplicates).
+    #[test]
+    fn a_requeue_supersedes_the_deliveries_of_the_earlier_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
+        let webhook = Channel::Webhook {
+            url: "http://127.0.0.1:9/hook".into(),
+        };
+        let file = Channel::File {
+            path: "/tmp/inbox.md".into(),
+        };
+        let job = store.insert(&new_job(&["false"])).unwrap();
+        let end = |store: &mut Store, job: &crate::store::JobRecord, at| {
+            let (ended, _) = store
+                .apply_all(
+                    &[(job, Transition::End(Ending::failed("exit 1", at)))],
+                    at,
+                    |tx| {
+                        crate::store::insert_deliveries(
+                            tx,
+                            job.id,
+                            None,
+                            &[webhook.clone(), file.clone()],
+                            at,
+                        )
+                    },
+                )
+                .unwrap()
+                .remove(0);
+            ended
+        };
+        let ended = end(&mut store, &job, 10);
+        let first = store.deliveries(job.id).unwrap();
+        // The file went out; the webhook waits for its retry.
+        store
+            .record_delivery(first[1].id, DeliveryState::Delivered, 11, None, 11)
+            .unwrap();
+        store
+            .record_delivery(
+                first[0].id,
+                DeliveryState::Pending,
+                5_000,
+                Some("refused"),
+                11,
+            )
+            .unwrap();
+        let requeue = Transition::Requeue { by: "alice".into() };
+        let (queued, _) = store
+            .apply_all(&[(&ended, requeue)], 12, |tx| {
+                supersede_deliveries(tx, job.id, 12)
+            })
+            .unwrap()
+            .remove(0);
+        assert!(store.deliveries(job.id).unwrap().is_empty());
+        assert_eq!(store.due_deliveries(i64::MAX, 10).unwrap(), []);
+        assert_eq!(store.next_delivery_at().unwrap(), None);
+        // The inbox fallback of the next end is not mistaken for the earlier end's.
+        let (running, _) = store
+            .apply(
+                &queued,
+                &Transition::Start {
+                    gpus: vec![],
+                    at: 13,
+                    on: baton_core::lifecycle::Runner::Local,
+                },
+                13,
+            )
+            .unwrap();
+        end(&mut store, &running, 20);
+        let second = store.deliveries(job.id).unwrap();
+        assert_eq!(second.len(), 2);
+        assert!(
+            second
+                .iter()
+                .all(|d| d.state == DeliveryState::Pending && d.attempts == 0)
+        );
+        assert!(second.iter().all(|d| first.iter().all(|f| f.id != d.id)));
+        assert_eq!(store.due_deliveries(20, 10).unwrap().len(), 2);
+        assert!(!store.add_delivery(job.id, None, &file, 21).unwrap());
+    }
+
     #[test]
     fn a_delivery_reads_back_whole() {
         let dir = tempfile::tempdir().unwrap();
