@@ -14,6 +14,7 @@ pub mod model;
 pub mod placement;
 pub mod report;
 pub mod scheduler;
+pub mod signal;
 pub mod sim;
 pub mod units;
 pub mod waste;

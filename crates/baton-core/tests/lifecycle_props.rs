@@ -4,7 +4,8 @@
 //! step: each job is in exactly one state and its state name agrees with its data; the GPUs held,
 //! as the effects said, are exactly the GPUs of the running and reserved jobs, none twice;
 //! attempts only grow (a start withdrawn before it ran gives back only the attempt it counted);
-//! an ended job never runs, or changes, again.
+//! an ended job changes again only by a requeue, which holds nothing and keeps its attempt
+//! count, and never once it succeeded.
 
 use std::collections::BTreeSet;
 
@@ -32,6 +33,7 @@ enum Step {
     DependencyFailed,
     SlurmSubmit,
     SlurmSeen,
+    Requeue,
 }
 
 fn step() -> impl Strategy<Value = (usize, Step, u8)> {
@@ -48,6 +50,7 @@ fn step() -> impl Strategy<Value = (usize, Step, u8)> {
         Just(Step::DependencyFailed),
         Just(Step::SlurmSubmit),
         Just(Step::SlurmSeen),
+        Just(Step::Requeue),
     ];
     (0usize..4, step, any::<u8>())
 }
@@ -140,6 +143,7 @@ fn transition(job: &Job, step: &Step, n: u8, free: &[u32], now: i64) -> Option<T
                 reason: None,
             },
         },
+        Step::Requeue => Transition::Requeue { by: "alice".into() },
         Step::SlurmSeen => Transition::SlurmSeen {
             state: "PENDING".into(),
             reason: Some("waiting in Slurm".into()),
@@ -180,11 +184,19 @@ proptest! {
             let before = jobs[index].life.clone();
             match before.apply(&t) {
                 Ok((after, effects)) => {
-                    // An ended job never changes again.
+                    // An ended job changes again only by a requeue, and never once it
+                    // succeeded; a requeue applies to nothing else.
+                    let ended = matches!(before.status, Status::Ended(_));
+                    let requeue = matches!(t, Transition::Requeue { .. });
+                    prop_assert_eq!(ended, requeue, "{:?} moved a {} job", t, before.state());
                     prop_assert!(
-                        !matches!(before.status, Status::Ended(_)),
-                        "an ended job moved: {t:?}"
+                        before.state() != JobState::Succeeded,
+                        "a succeeded job moved: {t:?}"
                     );
+                    if requeue {
+                        prop_assert!(matches!(after.status, Status::Queued(_)));
+                        prop_assert!(effects.hold.is_empty() && effects.free.is_empty());
+                    }
                     for g in &effects.free {
                         prop_assert!(held.remove(g), "freed GPU {g} it did not hold: {t:?}");
                     }

@@ -187,6 +187,30 @@ impl JobTable {
         Ok(done)
     }
 
+    /// Puts an ended job back in the queue (`Transition::Requeue`): the store's copy is the one
+    /// changed, since an ended job is not in memory, and the deliveries of its earlier end are
+    /// superseded in the same commit (none of them still waiting is sent). The job is active
+    /// again from then on. A job that has not ended, or that succeeded, is refused by
+    /// `Life::apply`, and nothing changes.
+    pub fn requeue(&mut self, id: JobId, by: &str, at: Millis) -> Result<JobRecord, TableError> {
+        let mut job = self.lookup(id)?.ok_or(TableError::Unknown(id))?;
+        let requeue = Transition::Requeue { by: by.to_string() };
+        let committed = self
+            .store
+            .commit_all(&[(&job, requeue)], at, |tx| {
+                crate::store::supersede_deliveries(tx, id, at)
+            })?
+            .into_iter()
+            .next();
+        let Some((life, _effects)) = committed else {
+            return Err(TableError::Unknown(id)); // one change in, one out: not reached
+        };
+        job.take(life);
+        self.shown.remove(&id);
+        self.active.insert(id, job.clone());
+        Ok(job)
+    }
+
     /// Sets a job's priority (a waste rule lowered it).
     pub fn set_priority(&mut self, id: JobId, priority: i64, at: Millis) -> Result<(), TableError> {
         let job = self.active.get(&id).ok_or(TableError::NotActive(id))?;
@@ -370,6 +394,7 @@ fn moves_state(transition: &Transition) -> bool {
             | Transition::Withdraw { .. }
             | Transition::Retry { .. }
             | Transition::End(_)
+            | Transition::Requeue { .. }
     )
 }
 
@@ -378,6 +403,8 @@ fn moves_state(transition: &Transition) -> bool {
 pub enum TableError {
     #[error("job {0} is not queued or running")]
     NotActive(JobId),
+    #[error("job {0} does not exist")]
+    Unknown(JobId),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -395,7 +422,9 @@ impl TableError {
     pub fn is_moot(&self) -> bool {
         matches!(
             self,
-            TableError::NotActive(_) | TableError::Store(StoreError::Refused { .. })
+            TableError::NotActive(_)
+                | TableError::Unknown(_)
+                | TableError::Store(StoreError::Refused { .. })
         )
     }
 
@@ -462,6 +491,41 @@ mod tests {
         // A restart loads what is active.
         drop(jobs);
         assert_eq!(table(dir.path()).active().count(), 0);
+    }
+
+    /// A requeue takes an ended job from the store back into memory, where both agree; a job
+    /// that succeeded, or that does not exist, is refused and nothing changes.
+    #[test]
+    fn a_requeued_job_is_active_again_and_agrees_with_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut jobs = table(dir.path());
+        let failed = jobs.submit(&NewJob::plain(&["false"], 1), None).unwrap().id;
+        let ok = jobs.submit(&NewJob::plain(&["true"], 1), None).unwrap().id;
+        for (id, ending) in [
+            (failed, Ending::failed("exit code 1", 2)),
+            (ok, Ending::succeeded(2)),
+        ] {
+            let start = Transition::Start {
+                gpus: vec![0],
+                at: 1,
+                on: Runner::Local,
+            };
+            jobs.apply(id, start, 1).unwrap();
+            jobs.apply(id, Transition::End(ending), 2).unwrap();
+        }
+        let job = jobs.requeue(failed, "alice", 3).unwrap();
+        assert_eq!((job.state(), job.attempt()), (JobState::Queued, 1));
+        assert_eq!(jobs.get(failed), Some(&job));
+        assert_eq!(jobs.store().get(failed).unwrap().as_ref(), Some(&job));
+        let refused = jobs.requeue(ok, "alice", 4).unwrap_err();
+        assert!(refused.is_moot(), "{refused}");
+        assert!(!jobs.is_active(ok));
+        assert!(matches!(
+            jobs.requeue(JobId(99), "alice", 4),
+            Err(TableError::Unknown(_))
+        ));
+        // Queued again: requeued twice is refused until it ends.
+        assert!(jobs.requeue(failed, "alice", 5).unwrap_err().is_moot());
     }
 
     /// Why a queued job waits in the latest pass is shown over its recorded reason, and goes

@@ -209,6 +209,16 @@ struct CancelJobArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+struct SignalJobArgs {
+    /// The running job.
+    id: u64,
+    /// The signal: TERM, INT, HUP, USR1, USR2, KILL, STOP, CONT (with or without SIG), or a
+    /// number from 1 to 64.
+    signal: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct ListJobsArgs {
     /// Only jobs in this state: queued, running, succeeded, failed, cancelled or timeout.
     #[serde(default)]
@@ -566,6 +576,59 @@ impl BatonTools {
                 }
                 None => error(format!("job {} does not exist", args.id)),
             },
+            Err(e) => client_error(e),
+        })
+    }
+
+    #[tool(
+        description = "Run a job that failed, was cancelled or timed out again, as a new \
+        attempt of the same id (its output is appended to its logs). Its new end brings a new \
+        report, which wakes you as submit_job's does. Refused for a job that is queued, \
+        running or succeeded (submit it again instead) and for a workflow's task.",
+        input_schema = input_schema::<JobIdArgs>()
+    )]
+    async fn requeue_job(&self, args: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let args: JobIdArgs = match parse("requeue_job", args) {
+            Ok(a) => a,
+            Err(e) => return Ok(error(e)),
+        };
+        Ok(match self.call(move |c| c.requeue(&[args.id])).await {
+            Ok(resp) => match resp.jobs.into_iter().next() {
+                Some(job) => {
+                    let text = format!(
+                        "job {}: requeued; it runs again as attempt {}, and its report comes \
+                         when it ends",
+                        job.id,
+                        job.attempt + 1
+                    );
+                    done(text, json_of(&job))
+                }
+                None => error(format!("job {} does not exist", args.id)),
+            },
+            Err(e) => client_error(e),
+        })
+    }
+
+    #[tool(
+        description = "Send a signal to every process of a running job (TERM, INT, HUP, \
+        USR1, USR2, KILL, STOP, CONT, or a number): for a program that checkpoints or reloads \
+        on a signal. To stop a job, use cancel_job.",
+        input_schema = input_schema::<SignalJobArgs>()
+    )]
+    async fn signal_job(&self, args: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let args: SignalJobArgs = match parse("signal_job", args) {
+            Ok(a) => a,
+            Err(e) => return Ok(error(e)),
+        };
+        if let Err(e) = baton_core::signal::parse(&args.signal) {
+            return Ok(error(format!("{}: {e}", args.signal.trim())));
+        }
+        let (id, signal) = (args.id, args.signal);
+        Ok(match self.call(move |c| c.signal(id, &signal)).await {
+            Ok(resp) => {
+                let text = format!("job {id}: {} sent to {}", resp.name, resp.detail);
+                done(text, json_of(&resp))
+            }
             Err(e) => client_error(e),
         })
     }

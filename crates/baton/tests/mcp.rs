@@ -73,6 +73,8 @@ fn an_mcp_client_submits_waits_reads_the_report_and_gets_clear_errors() {
         "job_report",
         "job_logs",
         "cancel_job",
+        "requeue_job",
+        "signal_job",
         "wait_for_jobs",
         "gpu_status",
     ] {

@@ -541,3 +541,45 @@ fn after_failed_is_slurms_afternotok() {
         "{f:#}"
     );
 }
+
+#[test]
+fn a_requeued_job_runs_again_in_slurm_as_its_next_attempt() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let id = b.submit_sh(
+        &[],
+        "echo attempt=$BATON_ATTEMPT; [ \"$BATON_ATTEMPT\" -ge 2 ]",
+    );
+    let first = poll(&b, id, 60, "ended", ended);
+    assert_eq!(first["state"], "failed", "{first:#}");
+    let sid = first["slurm_job_id"].as_u64().unwrap();
+    b.run(&["requeue", &id.to_string()]).expect(0);
+    let again = poll(&b, id, 60, "ended again", |j| {
+        ended(j) && j["slurm_job_id"].as_u64() != Some(sid)
+    });
+    assert_eq!(again["state"], "succeeded", "{again:#}");
+    assert_eq!(again["attempt"], 2, "{again:#}");
+}
+
+#[test]
+fn signal_reaches_a_job_running_in_slurm() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let got = b.path("got-usr1");
+    let script = format!(
+        "trap 'echo usr1 > {}; exit 0' USR1; echo ready > {}; while :; do sleep 0.1; done",
+        got.display(),
+        b.path("ready").display()
+    );
+    let id = b.submit_sh(&[], &script);
+    poll(&b, id, 60, "running", |j| j["state"] == "running");
+    common::wait_path(&b.path("ready"));
+    b.run(&["signal", &id.to_string(), "USR1"]).expect(0);
+    common::wait_path(&got);
+    let done = poll(&b, id, 60, "ended", ended);
+    assert_eq!(done["state"], "succeeded", "{done:#}");
+}

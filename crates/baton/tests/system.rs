@@ -390,6 +390,101 @@ fn another_users_job_can_be_waited_for_but_not_read() {
     assert_ne!(out.json()["source"], "");
 }
 
+/// `requeue`, `resubmit` and `signal` are the owner's (and root's) alone, as cancel is: bob is
+/// refused each on alice's jobs (403, exit 2) and nothing of hers changes or is copied; `workflow
+/// list` shows him her workflow as `status` shows her jobs, marked private.
+#[test]
+fn another_user_cannot_requeue_resubmit_or_signal_a_job() {
+    let Some(Shared { b, alice, bob }) = shared_daemon("v", "") else {
+        return;
+    };
+    let failed = submit_as(&b, &alice, "exit 4");
+    as_user(
+        &b,
+        &alice,
+        &["wait", &failed.to_string(), "--timeout", "30s"],
+    )
+    .expect(1);
+    let running = submit_as(
+        &b,
+        &alice,
+        &format!(
+            "trap 'echo hup >> hup.v' HUP; touch ready.v; {}",
+            wait_for_file("go.v")
+        ),
+    );
+    wait_path(&b.work.join("ready.v"));
+    let (f, r) = (failed.to_string(), running.to_string());
+    for args in [
+        vec!["requeue", f.as_str()],
+        vec!["resubmit", f.as_str()],
+        vec!["signal", r.as_str(), "HUP"],
+        vec!["signal", r.as_str(), "KILL"],
+    ] {
+        let out = as_user(&b, &bob, &args);
+        assert_eq!(out.code, 2, "bob: baton {args:?}: {out:?}");
+        assert!(out.stderr.contains(&alice.name), "{out:?}");
+    }
+    let status = |id: &str| {
+        as_user(&b, &alice, &["status", id, "--json"])
+            .expect(0)
+            .json()[0]["state"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(status(&f), "failed");
+    assert_eq!(status(&r), "running");
+    assert!(
+        !b.work.join("hup.v").exists(),
+        "bob's signal reached her job"
+    );
+    let all = as_user(&b, &alice, &["status", "--all", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(
+        all.as_array().unwrap().len(),
+        2,
+        "bob's resubmit queued a copy: {all:#}"
+    );
+
+    // She may do all of it; her requeued job runs as her again, her copy as her too.
+    let out = as_user(&b, &alice, &["signal", &r, "HUP"]).expect(0);
+    assert!(out.stdout.contains("SIGHUP"), "{out:?}");
+    common::wait_contains(&b.work.join("hup.v"), "hup");
+    b.touch("go.v");
+    as_user(&b, &alice, &["requeue", &f]).expect(0);
+    let copy = as_user(&b, &alice, &["resubmit", &f]).expect(0);
+    let copy = copy.stdout.trim().to_string();
+    as_user(&b, &alice, &["wait", &f, &copy, &r, "--timeout", "30s"]);
+    for id in [&f, &copy] {
+        let job = as_user(&b, &alice, &["status", id, "--json"])
+            .expect(0)
+            .json();
+        assert_eq!(job[0]["owner"], alice.name.as_str(), "{job:#}");
+        assert_eq!(job[0]["state"], "failed", "{job:#}");
+    }
+
+    // Her workflow is in bob's list, as private.
+    let wf = b.work.join("wf.v.yaml");
+    std::fs::write(&wf, "name: hers\ntasks:\n  t: {command: [\"true\"]}\n").unwrap();
+    chmod(&wf, 0o644);
+    as_user(&b, &alice, &["workflow", "submit", &wf.to_string_lossy()]).expect(0);
+    let rows = as_user(&b, &bob, &["workflow", "list", "--json"])
+        .expect(0)
+        .json();
+    let row = &rows.as_array().unwrap()[0];
+    assert_eq!(
+        (row["name"].as_str(), row["private"].as_bool()),
+        (Some("hers"), Some(true))
+    );
+    assert_eq!(row["owner"], alice.name.as_str());
+    let rows = as_user(&b, &alice, &["workflow", "list", "--json"])
+        .expect(0)
+        .json();
+    assert!(rows[0].get("private").is_none(), "{rows:#}");
+}
+
 /// On a shared daemon a user's priority stays within `[limits]` (default -100..100); root and the
 /// configured admins may go beyond it.
 #[test]

@@ -249,6 +249,10 @@ pub enum Transition {
     },
     /// Its final state.
     End(Ending),
+    /// A job that failed, was cancelled or timed out goes back to the queue, to run again as a
+    /// new attempt of the same id (`baton requeue`, like `scontrol requeue`). A job that
+    /// succeeded is never requeued: it is resubmitted as a new job instead.
+    Requeue { by: String },
     /// `sbatch` is about to run for it.
     SlurmSubmitting { at: Millis },
     /// `sbatch` gave it this Slurm job id.
@@ -340,6 +344,7 @@ impl Life {
                 e.outcome.state().as_str(),
                 e.reason.clone().unwrap_or_default(),
             ),
+            Transition::Requeue { by } => ("requeued", format!("by {by}")),
             Transition::SlurmSubmitting { .. } => return None,
             Transition::SlurmSubmitted { id, .. } => ("slurm-submitted", format!("Slurm job {id}")),
             Transition::SlurmNotSubmitted { .. } => return None,
@@ -486,6 +491,15 @@ impl Life {
                 })
             }
             (Status::Ended(_), Transition::End(_)) => return Err(refuse("end again")),
+            (Status::Ended(e), Transition::Requeue { by }) if e.outcome != Outcome::Succeeded => {
+                // Nothing held, nothing freed: its GPUs went back when it ended. Its last exit
+                // is kept, as a retry keeps it, and the attempt count goes on from where it was.
+                Status::Queued(Queued {
+                    reason: Some(format!("requeued by {by}")),
+                    previous: e.exit,
+                    ..Queued::default()
+                })
+            }
             (current, Transition::End(e)) => {
                 effects.free = current.held().to_vec();
                 effects.ended = true;
@@ -626,6 +640,7 @@ impl Transition {
             Transition::Unhold { .. } => "be released (it is not held)",
             Transition::Retry { .. } => "be retried",
             Transition::End(_) => "end",
+            Transition::Requeue { .. } => "be requeued",
             Transition::SlurmSubmitting { .. } => "be submitted to Slurm",
             Transition::SlurmSubmitted { .. } => "get a Slurm job id",
             Transition::SlurmNotSubmitted { .. } => "forget a submission it is not making",

@@ -427,3 +427,65 @@ fn a_held_job_does_not_start_until_released() {
     // A running job cannot be held.
     assert!(running(&[0]).apply(&Transition::Hold { by: by() }).is_err());
 }
+
+#[test]
+fn a_job_that_did_not_succeed_is_requeued_as_its_next_attempt() {
+    let requeue = Transition::Requeue { by: "alice".into() };
+    for ending in [
+        Ending::failed("exit code 1", 20),
+        Ending::cancelled("cancelled by alice", 20),
+        Ending {
+            outcome: Outcome::Timeout,
+            exit: Exit {
+                code: None,
+                signal: Some(15),
+            },
+            reason: Some("time limit of 1m reached".into()),
+            at: 20,
+        },
+    ] {
+        let (ended, _) = running(&[1])
+            .apply(&Transition::End(ending.clone()))
+            .unwrap();
+        let (life, fx) = ended.apply(&requeue).unwrap();
+        // The same attempt count: the next start is attempt 2.
+        assert_eq!(life.attempt, 1);
+        let Status::Queued(q) = &life.status else {
+            panic!("not queued: {life:?}");
+        };
+        assert_eq!(q.reason.as_deref(), Some("requeued by alice"));
+        assert_eq!(q.previous, ending.exit, "the last exit is kept");
+        assert!(q.reservation.is_none() && q.cancel_requested_by.is_none());
+        assert_eq!(fx, Effects::default(), "a requeue holds and frees nothing");
+        let (next, _) = life
+            .apply(&Transition::Start {
+                gpus: vec![0],
+                at: 30,
+                on: Runner::Local,
+            })
+            .unwrap();
+        assert_eq!(next.attempt, 2);
+        assert_eq!(
+            Life::event_of(&requeue),
+            Some(("requeued", "by alice".to_string()))
+        );
+    }
+}
+
+#[test]
+fn only_an_ended_job_that_did_not_succeed_can_be_requeued() {
+    let requeue = Transition::Requeue { by: "bob".into() };
+    let (succeeded, _) = running(&[0])
+        .apply(&Transition::End(Ending::succeeded(20)))
+        .unwrap();
+    let refused = succeeded.apply(&requeue).unwrap_err();
+    assert_eq!(refused.to_string(), "a succeeded job cannot be requeued");
+    assert_eq!(
+        running(&[0]).apply(&requeue).unwrap_err().job_state,
+        JobState::Running
+    );
+    assert_eq!(
+        Life::submitted().apply(&requeue).unwrap_err().job_state,
+        JobState::Queued
+    );
+}

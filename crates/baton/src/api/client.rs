@@ -511,6 +511,27 @@ impl Client {
         self.post(&format!("/jobs/{id}/update"), req)
     }
 
+    pub fn requeue(&self, ids: &[u64]) -> Result<RequeueResponse, ClientError> {
+        self.post("/requeue", &RequeueRequest { ids: ids.to_vec() })
+    }
+
+    pub fn resubmit(&self, id: u64, req: &ResubmitRequest) -> Result<JobView, ClientError> {
+        self.post(&format!("/jobs/{id}/resubmit"), req)
+    }
+
+    pub fn signal(&self, id: u64, signal: &str) -> Result<SignalResponse, ClientError> {
+        self.post(
+            &format!("/jobs/{id}/signal"),
+            &SignalRequest {
+                signal: signal.to_string(),
+            },
+        )
+    }
+
+    pub fn workflows(&self) -> Result<Vec<WorkflowRow>, ClientError> {
+        self.get("/workflows")
+    }
+
     pub fn events(&self, id: u64) -> Result<Vec<EventView>, ClientError> {
         self.get(&format!("/jobs/{id}/events"))
     }

@@ -518,6 +518,84 @@ pub struct CancelResponse {
     pub jobs: Vec<JobView>,
 }
 
+/// `POST /v1/requeue`: jobs that failed, were cancelled or timed out run again, each as a new
+/// attempt of the same id.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequeueRequest {
+    pub ids: Vec<u64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RequeueResponse {
+    /// The jobs as they are after the request: queued again.
+    pub jobs: Vec<JobView>,
+}
+
+/// `POST /v1/jobs/{id}/resubmit`: a new job with the spec of job `id` (its command, working
+/// directory, environment, tags, channels, resources, time limit, retries; not its
+/// dependencies), with these overrides. The sizes and durations are as `SubmitRequest` has them.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResubmitRequest {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub gpus: Option<u32>,
+    #[serde(default)]
+    pub gpu_mem: Option<u64>,
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    #[serde(default)]
+    pub mem: Option<u64>,
+    #[serde(default)]
+    pub priority: Option<i64>,
+    #[serde(default)]
+    pub time_limit_ms: Option<i64>,
+    /// Where the new job's report goes, resolved in the caller's session as for a submission;
+    /// empty: the original job's channels (and its agent session).
+    #[serde(default)]
+    pub notify: Vec<String>,
+    #[serde(default)]
+    pub context: AgentContext,
+}
+
+/// `POST /v1/jobs/{id}/signal`: a signal for every process of a running job.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalRequest {
+    /// `TERM`, `SIGUSR1`, `10`, ... (`baton_core::signal::parse`).
+    pub signal: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SignalResponse {
+    pub job: JobView,
+    /// The signal sent, by number and name (`SIGUSR1`).
+    pub signal: i32,
+    pub name: String,
+    /// Where it went (`3 processes in cgroup ...`, `Slurm job 812, every step`).
+    pub detail: String,
+}
+
+/// `GET /v1/workflows`: one row per workflow.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowRow {
+    pub id: u64,
+    pub name: String,
+    pub state: baton_core::lifecycle::decide::WorkflowState,
+    pub atomic: bool,
+    pub owner: String,
+    pub submitted_at: String,
+    pub ended_at: Option<String>,
+    /// Tasks that have ended (whatever their end), of `tasks_total`.
+    pub tasks_done: u32,
+    pub tasks_total: u32,
+    /// Another user's workflow on a shared daemon (its source file is not shown anywhere).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private: bool,
+}
+
 /// `POST /v1/hold` and `POST /v1/release`: the jobs to hold, or to let start again.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

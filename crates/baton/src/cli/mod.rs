@@ -14,8 +14,11 @@ mod hold;
 mod info;
 mod logs;
 mod report;
+mod requeue;
+mod resubmit;
 mod serve;
 mod shutdown;
+mod signal;
 mod sim;
 mod slurm_mail;
 mod stats;
@@ -60,6 +63,12 @@ pub enum Command {
     Release(hold::Args),
     /// Change a queued job's name, priority, time limit, GPUs, cores or memory.
     Update(update::Args),
+    /// Run jobs that failed, were cancelled or timed out again, as new attempts of the same ids.
+    Requeue(requeue::Args),
+    /// Queue a new job with an earlier job's spec (not its dependencies), with overrides.
+    Resubmit(resubmit::Args),
+    /// Send a signal (TERM, SIGUSR1, 10, ...) to every process of a running job.
+    Signal(signal::Args),
     /// Print a job's output.
     Logs(logs::Args),
     /// Print an ended job's report: how it ended, why, its metrics, files and last output.
@@ -92,7 +101,7 @@ pub enum Command {
     /// Internal: the per-job supervisor the daemon starts.
     #[command(hide = true)]
     Supervise { dir: std::path::PathBuf },
-    /// DAG workflows: `baton workflow submit FILE`, `status ID`, `cancel ID`.
+    /// DAG workflows: `baton workflow submit FILE`, `status ID`, `cancel ID`, `list`.
     #[command(subcommand)]
     Workflow(workflow::Command),
     /// Set an agent up for reliable wake-ups, and the hook that waits for its jobs.
@@ -150,6 +159,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Hold(args) => hold::run(args, true, json),
         Command::Release(args) => hold::run(args, false, json),
         Command::Update(args) => update::run(args, json),
+        Command::Requeue(args) => requeue::run(args, json),
+        Command::Resubmit(args) => resubmit::run(args, json),
+        Command::Signal(args) => signal::run(args, json),
         Command::Logs(args) => logs::run(args, json),
         Command::Events(args) => events::run(args, json),
         Command::Gpus => gpus::run(json),

@@ -1,4 +1,4 @@
-//! `baton workflow submit FILE | status ID | cancel ID`: DAG workflows (DESIGN §6). The file is
+//! `baton workflow submit FILE | status ID | cancel ID | list`: DAG workflows (DESIGN §6). The file is
 //! read and checked here as the MCP server's `submit_workflow` does (`crate::edge::workflow`:
 //! a wrong file is refused before anything is sent, with the daemon's own message), and sent
 //! whole; the daemon checks it again with what only it knows.
@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::{UsageError, print_json};
-use crate::api::WorkflowView;
+use crate::api::{WorkflowRow, WorkflowView};
 use crate::edge::connect::{self, client};
 use crate::edge::{present, request, workflow};
 
@@ -27,6 +27,8 @@ pub enum Command {
         /// The workflow id.
         id: u64,
     },
+    /// Every workflow, one row each: its state and how many of its tasks have ended.
+    List,
     /// Cancel every task of a workflow that has not ended.
     Cancel {
         /// The workflow id.
@@ -42,6 +44,10 @@ pub fn run(command: Command, json: bool) -> anyhow::Result<ExitCode> {
         Command::Submit { file, notify } => submit(file, notify, json),
         Command::Status { id } => {
             show(&client().workflow(id)?, json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::List => {
+            list(&client().workflows()?, json);
             Ok(ExitCode::SUCCESS)
         }
         Command::Cancel { id, force } => {
@@ -99,4 +105,16 @@ fn show(wf: &WorkflowView, json: bool) {
     println!("{head}");
     println!("critical path: {}", wf.critical_path.join(" -> "));
     print!("{}", present::task_table(&wf.tasks));
+}
+
+fn list(rows: &[WorkflowRow], json: bool) {
+    if json {
+        print_json(&rows);
+        return;
+    }
+    if rows.is_empty() {
+        println!("no workflows (`baton workflow submit FILE` queues one)");
+        return;
+    }
+    print!("{}", present::workflow_table(rows));
 }

@@ -93,6 +93,7 @@ impl From<crate::jobs::TableError> for ApiError {
     fn from(e: crate::jobs::TableError) -> Self {
         match e {
             crate::jobs::TableError::Store(e) => e.into(),
+            crate::jobs::TableError::Unknown(_) => ApiError::NotFound(e.to_string()),
             // The job moved on meanwhile (it ended as the request came in).
             other => ApiError::Conflict(other.to_string()),
         }

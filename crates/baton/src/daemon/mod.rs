@@ -344,6 +344,16 @@ impl Daemon {
         self.backend.cancel(self, jobs, job, request)
     }
 
+    /// Sends signal `signal` to every process of a running job; its backend says how. Blocking
+    /// (it reads /proc, or runs scancel): called off the async workers, without the lock.
+    pub(crate) fn signal(
+        &self,
+        job: &JobRecord,
+        signal: i32,
+    ) -> Result<String, crate::executor::SignalError> {
+        self.backend.signal(self, job, signal)
+    }
+
     /// Something outside says a job changed (Slurm's end-of-job mail): the backend looks now.
     pub fn poke(&self) {
         self.backend.poke();

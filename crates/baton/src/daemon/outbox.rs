@@ -66,6 +66,10 @@ impl Recent {
         }
     }
 
+    fn forget(&self, id: JobId) {
+        self.lock().retain(|(other, _)| *other != id);
+    }
+
     fn get(&self, id: JobId) -> Option<Arc<Built>> {
         self.lock()
             .iter()
@@ -156,6 +160,22 @@ impl Daemon {
             Err(e) => {
                 tracing::error!(job = id.0, "cannot read the job to report on it: {e}");
                 None
+            }
+        }
+    }
+
+    /// Forgets the report of a job about to be requeued, in memory and on disk, so that nothing
+    /// can hand it out as the report of the job's next end. Removed before the requeue is
+    /// committed: should the commit fail, the job is still ended and its report is simply built
+    /// again when next asked for (as for a report that could not be stored).
+    pub(super) fn forget_report(&self, id: JobId) {
+        self.reports.forget(id);
+        let files = self.files(id);
+        for path in [files.report_json(), files.report_md()] {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!(job = id.0, "cannot remove {}: {e}", path.display()),
             }
         }
     }

@@ -175,6 +175,30 @@ pub fn task_table(tasks: &[crate::api::WorkflowTaskView]) -> String {
     table(&header, &rows)
 }
 
+/// Workflows, one row each (`baton workflow list`): TASKS is how many have ended, of how many.
+pub fn workflow_table(rows: &[crate::api::WorkflowRow]) -> String {
+    let header = ["ID", "NAME", "STATE", "TASKS", "OWNER", "SUBMITTED"];
+    let now = SystemTime::now();
+    let cells: Vec<[String; 6]> = rows
+        .iter()
+        .map(|w| {
+            let ago = parse_time(&Some(w.submitted_at.clone()))
+                .and_then(|at| now.duration_since(at).ok())
+                .map(|d| format!("{} ago", format_duration(d.as_millis() as i64)))
+                .unwrap_or_else(|| w.submitted_at.clone());
+            [
+                w.id.to_string(),
+                clip(&w.name, 24),
+                w.state.as_str().to_string(),
+                format!("{}/{}", w.tasks_done, w.tasks_total),
+                w.owner.clone(),
+                ago,
+            ]
+        })
+        .collect();
+    table(&header, &cells)
+}
+
 fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
     let mut widths = header.map(str::len);
     for row in rows {

@@ -92,6 +92,14 @@ pub trait Backend<H: Host>: Send + Sync {
         request: Transition,
     ) -> Result<bool, TableError>;
 
+    /// Sends signal number `signal` (1-31 or 34-64, `baton_core::signal::parse`) to every
+    /// process of `job`'s running attempt, and says where it went. Here through its
+    /// containment (its cgroup, else the processes carrying its `BATON_JOB_KEY` and its process
+    /// group); under Slurm with `scancel --signal --full` (every step and the batch script).
+    /// Blocking (it reads /proc, or runs scancel): called off the async workers, without the
+    /// daemon's lock.
+    fn signal(&self, host: &H, job: &JobRecord, signal: i32) -> Result<String, SignalError>;
+
     /// After a restart: takes up the running jobs this backend had.
     fn recover(&self, host: &Arc<H>) -> BoxFuture<'static, ()>;
 
@@ -105,6 +113,17 @@ pub trait Backend<H: Host>: Send + Sync {
     /// against them, queue outlooks are baton's own, and the GPU monitor's samples describe the
     /// jobs. Under Slurm, the cluster judges and places.
     fn places_here(&self) -> bool;
+}
+
+/// Why a signal did not reach a job's processes.
+#[derive(Debug, thiserror::Error)]
+pub enum SignalError {
+    /// Nothing of the job runs to be signalled (not started yet, already gone).
+    #[error("{0}")]
+    NothingRuns(String),
+    /// The backend could not send it (scancel refused, Slurm unreachable).
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// Ends a queued job that no backend has yet, as `request` (a cancel) asks.

@@ -18,8 +18,8 @@ use futures_util::future::BoxFuture;
 use super::backend::cancel_unstarted;
 use super::contain::Method;
 use super::{
-    Backend, ExitRecord, Host, Launch, LocalExecutor, Placed, Recovery, Watch, end_lost_attempt,
-    job_env, stop_supervisor,
+    Backend, ExitRecord, Host, Launch, LocalExecutor, Placed, Recovery, SignalError, Watch,
+    end_lost_attempt, job_env, stop_supervisor,
 };
 use crate::clock::now_ms;
 use crate::jobs::TableError;
@@ -83,6 +83,19 @@ impl<H: Host> Backend<H> for LocalBackend {
         // Asking again is harmless: the supervisor escalates on its own schedule. A supervisor
         // still being started has no pidfd yet; `watch` delivers the cancel once it has one.
         Ok(self.supervisors().get(&job.id).is_some_and(stop_supervisor))
+    }
+
+    fn signal(&self, host: &H, job: &JobRecord, signal: i32) -> Result<String, SignalError> {
+        if !(1..=64).contains(&signal) || signal == 32 || signal == 33 {
+            return Err(SignalError::Failed(format!(
+                "signal {signal} cannot be sent"
+            )));
+        }
+        // SAFETY: a real signal number (checked above; 32 and 33, glibc's, are refused), only
+        // ever sent to other processes, never used for a handler or mask of this one.
+        let sig = unsafe { rustix::process::Signal::from_raw_unchecked(signal) };
+        super::signal_attempt(&host.files(job.id), job.attempt(), sig)
+            .map_err(SignalError::NothingRuns)
     }
 
     fn recover(&self, host: &Arc<H>) -> BoxFuture<'static, ()> {

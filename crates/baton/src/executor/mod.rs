@@ -22,7 +22,7 @@ pub mod slurm;
 pub mod spawner;
 pub mod supervisor;
 
-pub use backend::{Backend, Host, Placed, job_env};
+pub use backend::{Backend, Host, Placed, SignalError, job_env};
 pub use local::LocalBackend;
 
 use std::fs;
@@ -456,6 +456,60 @@ pub fn end_lost_attempt(files: &JobFiles, attempt: u32, grace: Duration) {
         return;
     };
     contain::end_all(&contain::Marked::new(&key, group), grace, None);
+}
+
+/// Sends `sig` to every process of a running `attempt`, found as [`end_lost_attempt`] finds
+/// them: its cgroup's, or, with none, those that carry the attempt's key and its process group.
+/// The supervisor is never among them (it is outside the cgroup and carries no key), so a
+/// signal meant for the job cannot stop it. Returns where the signal went, or why it reached
+/// nothing (not started yet, or its processes are gone). Blocking: it reads /proc.
+pub fn signal_attempt(
+    files: &JobFiles,
+    attempt: u32,
+    sig: rustix::process::Signal,
+) -> Result<String, String> {
+    use contain::Processes;
+    let Some(launch) = read_json::<Launch>(&files.claimed()).filter(|l| l.attempt == attempt)
+    else {
+        return Err("its supervisor has not started it yet".into());
+    };
+    let count = |n: usize| match n {
+        1 => "1 process".to_string(),
+        n => format!("{n} processes"),
+    };
+    if let Some(dir) = &launch.cgroup {
+        let cgroup = contain::Cgroup {
+            dir: PathBuf::from(dir),
+        };
+        let found = cgroup.pids().len();
+        if found == 0 {
+            return Err("none of its processes is left".into());
+        }
+        cgroup.signal(sig);
+        return Ok(format!("{} in cgroup {dir}", count(found)));
+    }
+    let group = files
+        .supervisor_of(attempt)
+        .and_then(|rec| rec.pgid.zip(rec.started));
+    let Some(key) = launch
+        .env
+        .iter()
+        .find(|(k, _)| k == contain::KEY_VAR)
+        .map(|(_, v)| v.clone())
+    else {
+        return Err("it was started by a baton that marked no process of it".into());
+    };
+    let marked = contain::Marked::new(&key, group);
+    let found = marked.pids().len();
+    if found == 0 && !marked.any_left() {
+        return Err("none of its processes is left".into());
+    }
+    marked.signal(sig);
+    Ok(format!(
+        "{} carrying {}={key}, and its process group",
+        count(found),
+        contain::KEY_VAR
+    ))
 }
 
 /// How many processes the kernel's OOM killer has killed since boot (`oom_kill` in

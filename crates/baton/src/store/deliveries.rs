@@ -2,7 +2,9 @@
 //! `DeliveryState`), and the wake chain that links a job's session channels so that each is
 //! tried only if the one before it did not reach the session: rows queued at a job's end or a
 //! workflow's, due rows, recorded outcomes and how the chain moves on, and the Claude Code
-//! hook's claim on an ended job's chain (`claim_ended`).
+//! hook's claim on an ended job's chain (`claim_ended`), and the rows a requeue supersedes
+//! (`supersede_deliveries`): a job requeued has one set of deliveries per end, and only the
+//! latest is current.
 
 use baton_core::{JobId, Millis};
 use rusqlite::params;
@@ -65,9 +67,13 @@ impl Store {
             .query_row([], |r| r.get("next_at"))?)
     }
 
-    /// Every delivery of a job's report, in channel order.
+    /// Every delivery of a job's report (of its latest end, for a job that was requeued), in
+    /// channel order.
     pub fn deliveries(&self, job: JobId) -> Result<Vec<Delivery>, StoreError> {
-        self.deliveries_where("WHERE job_id = ?1 ORDER BY id", params![job.0 as i64])
+        self.deliveries_where(
+            "WHERE job_id = ?1 AND superseded_at IS NULL ORDER BY id",
+            params![job.0 as i64],
+        )
     }
 
     fn deliveries_where(
@@ -245,6 +251,26 @@ impl Store {
             ])?;
         Ok(true)
     }
+}
+
+/// The deliveries of a job's earlier end, as it is requeued (in the requeue's transaction): none
+/// is current any more, and those not sent yet (pending, standing by) never will be: the report
+/// they carry is about an attempt that is over, and the next end brings its own. A delivery
+/// already in flight finishes; its outcome is not recorded over `unneeded`.
+pub(crate) fn supersede_deliveries(
+    tx: &rusqlite::Transaction<'_>,
+    job: JobId,
+    at: Millis,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "UPDATE deliveries SET superseded_at = ?1, \
+         error = CASE WHEN state IN ('pending', 'standby') THEN 'the job was requeued first' \
+             ELSE error END, \
+         state = CASE WHEN state IN ('pending', 'standby') THEN 'unneeded' ELSE state END \
+         WHERE job_id = ?2 AND superseded_at IS NULL",
+    )?
+    .execute(params![at, job.0 as i64])?;
+    Ok(())
 }
 
 /// One pending delivery per channel; the session channels after the first stand by, each for
@@ -439,6 +465,88 @@ mod tests {
             .record_delivery(link, DeliveryState::Skipped, 15, Some("gone"), 15)
             .unwrap();
         assert_eq!(chain_states(&store, hooked)[1], ("tmux", "pending"));
+    }
+
+    /// A requeued job's earlier deliveries are no longer its own: those not sent never are, and
+    /// its next end's deliveries are the only ones read back (and checked for duplicates).
+    #[test]
+    fn a_requeue_supersedes_the_deliveries_of_the_earlier_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
+        let webhook = Channel::Webhook {
+            url: "http://127.0.0.1:9/hook".into(),
+        };
+        let file = Channel::File {
+            path: "/tmp/inbox.md".into(),
+        };
+        let job = store.insert(&new_job(&["false"])).unwrap();
+        let end = |store: &mut Store, job: &crate::store::JobRecord, at| {
+            let (ended, _) = store
+                .apply_all(
+                    &[(job, Transition::End(Ending::failed("exit 1", at)))],
+                    at,
+                    |tx| {
+                        crate::store::insert_deliveries(
+                            tx,
+                            job.id,
+                            None,
+                            &[webhook.clone(), file.clone()],
+                            at,
+                        )
+                    },
+                )
+                .unwrap()
+                .remove(0);
+            ended
+        };
+        let ended = end(&mut store, &job, 10);
+        let first = store.deliveries(job.id).unwrap();
+        // The file went out; the webhook waits for its retry.
+        store
+            .record_delivery(first[1].id, DeliveryState::Delivered, 11, None, 11)
+            .unwrap();
+        store
+            .record_delivery(
+                first[0].id,
+                DeliveryState::Pending,
+                5_000,
+                Some("refused"),
+                11,
+            )
+            .unwrap();
+        let requeue = Transition::Requeue { by: "alice".into() };
+        let (queued, _) = store
+            .apply_all(&[(&ended, requeue)], 12, |tx| {
+                supersede_deliveries(tx, job.id, 12)
+            })
+            .unwrap()
+            .remove(0);
+        assert!(store.deliveries(job.id).unwrap().is_empty());
+        assert_eq!(store.due_deliveries(i64::MAX, 10).unwrap(), []);
+        assert_eq!(store.next_delivery_at().unwrap(), None);
+        // The inbox fallback of the next end is not mistaken for the earlier end's.
+        let (running, _) = store
+            .apply(
+                &queued,
+                &Transition::Start {
+                    gpus: vec![],
+                    at: 13,
+                    on: baton_core::lifecycle::Runner::Local,
+                },
+                13,
+            )
+            .unwrap();
+        end(&mut store, &running, 20);
+        let second = store.deliveries(job.id).unwrap();
+        assert_eq!(second.len(), 2);
+        assert!(
+            second
+                .iter()
+                .all(|d| d.state == DeliveryState::Pending && d.attempts == 0)
+        );
+        assert!(second.iter().all(|d| first.iter().all(|f| f.id != d.id)));
+        assert_eq!(store.due_deliveries(20, 10).unwrap().len(), 2);
+        assert!(!store.add_delivery(job.id, None, &file, 21).unwrap());
     }
 
     #[test]

@@ -53,8 +53,8 @@ mod monitor;
 mod schema;
 mod workflows;
 
-pub(crate) use deliveries::insert_deliveries;
 pub use deliveries::{Delivery, DeliveryState};
+pub(crate) use deliveries::{insert_deliveries, supersede_deliveries};
 // No caller names `Event` today (they take it from `events()`), but it stays where it was.
 #[allow(unused_imports)]
 pub use events::Event;

@@ -153,6 +153,11 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE jobs ADD COLUMN held_by TEXT;
     ALTER TABLE jobs ADD COLUMN begin_at INTEGER;
     ALTER TABLE jobs ADD COLUMN stdin TEXT;",
+    // 13: `baton requeue` runs an ended job
+    // again under the same id. The deliveries of its earlier end are marked superseded then
+    // (`superseded_at`): none still waiting is sent, and only the current end's are read back
+    // (the report's deliveries, the hook's claim, the inbox fallback's check for a duplicate).
+    "ALTER TABLE deliveries ADD COLUMN superseded_at INTEGER;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

@@ -1,7 +1,8 @@
 //! The `workflows` table: a workflow as submitted (`NewWorkflow`, its `NewTask`s) and as
 //! recorded (`WorkflowRecord`); inserting one with all its tasks' jobs at once, its state, its
 //! end (with its summary's deliveries), and when an atomic workflow was admitted (its tasks'
-//! reservations are job transitions, `jobs.rs`).
+//! reservations are job transitions, `jobs.rs`), and every workflow with its tasks' progress
+//! (`workflow_rows`).
 
 use baton_core::lifecycle::decide::WorkflowState;
 use baton_core::{DepKind, Dependency, JobId, Millis};
@@ -172,6 +173,28 @@ impl Store {
         ))?;
         let c = WorkflowColumns::of(&stmt)?;
         let rows = stmt.query_map([], |r| read_workflow(r, &c))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every workflow, oldest first, with how many of its tasks have ended and how many it has
+    /// (`baton workflow list`).
+    pub fn workflow_rows(&self) -> Result<Vec<(WorkflowRecord, u32, u32)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {}, \
+             (SELECT COUNT(*) FROM jobs WHERE workflow_id = workflows.id \
+                 AND state NOT IN ('queued', 'running')) AS tasks_done, \
+             (SELECT COUNT(*) FROM jobs WHERE workflow_id = workflows.id) AS tasks_total \
+             FROM workflows ORDER BY id",
+            WorkflowColumns::LIST
+        ))?;
+        let c = WorkflowColumns::of(&stmt)?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                read_workflow(r, &c)?,
+                r.get("tasks_done")?,
+                r.get("tasks_total")?,
+            ))
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 

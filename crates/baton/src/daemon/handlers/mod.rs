@@ -12,13 +12,17 @@ mod list;
 mod logs;
 mod metrics;
 mod report;
+mod requeue;
+mod resubmit;
 mod shutdown;
+mod signal;
 mod slurm;
 mod stats;
 mod submit;
 mod update;
 mod wait;
 mod workflow;
+mod workflow_list;
 
 pub(crate) use workflow::view as workflow_view;
 
@@ -37,6 +41,9 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/jobs/{id}/logs", get(logs::handle))
         .route("/jobs/{id}/events", get(events::handle))
         .route("/jobs/{id}/report", get(report::handle))
+        .route("/jobs/{id}/resubmit", post(resubmit::handle))
+        .route("/jobs/{id}/signal", post(signal::handle))
+        .route("/requeue", post(requeue::handle))
         .route("/wait", post(wait::handle))
         .route("/cancel", post(cancel::handle))
         .route("/hold", post(hold::hold))
@@ -49,7 +56,10 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/stats", get(stats::handle))
         .route("/slurm/poke", post(slurm::poke))
         .route("/shutdown", post(shutdown::handle))
-        .route("/workflows", post(workflow::submit))
+        .route(
+            "/workflows",
+            post(workflow::submit).get(workflow_list::handle),
+        )
         .route("/workflows/{id}", get(workflow::status))
         .route("/workflows/{id}/cancel", post(workflow::cancel));
     let app = Router::new()

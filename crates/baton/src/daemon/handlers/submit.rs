@@ -170,7 +170,11 @@ fn request_id(headers: &HeaderMap, in_body: Option<&str>) -> Result<Option<Strin
 /// same priority and earlier), and, when none does, the earliest moment the running jobs' time
 /// limits guarantee room for it (now, if it fits now). With jobs ahead, or a running job without a
 /// time limit in the way, there is no honest prediction.
-fn queue_outlook(daemon: &Daemon, inner: &Inner, job: &JobRecord) -> (usize, Option<i64>) {
+pub(super) fn queue_outlook(
+    daemon: &Daemon,
+    inner: &Inner,
+    job: &JobRecord,
+) -> (usize, Option<i64>) {
     let ahead = inner
         .jobs
         .active()
@@ -219,7 +223,13 @@ fn queue_outlook(daemon: &Daemon, inner: &Inner, job: &JobRecord) -> (usize, Opt
     )
 }
 
-fn validate(daemon: &Daemon, peer: &Peer, req: SubmitRequest) -> Result<NewJob, ApiError> {
+/// A submission checked and turned into the job to queue (also `resubmit`'s, from a stored
+/// job's spec: one set of checks for both).
+pub(super) fn validate(
+    daemon: &Daemon,
+    peer: &Peer,
+    req: SubmitRequest,
+) -> Result<NewJob, ApiError> {
     let bad = |m: String| Err(ApiError::BadRequest(m));
     if req.command.is_empty() || req.command[0].is_empty() {
         return bad(

@@ -13,7 +13,8 @@
 //!   A job seen running is started in the store with the GPUs Slurm gave it; a job seen ended
 //!   (in `scontrol`, else `sacct`) ends through the same path as a local job, so retries,
 //!   reports and wake-ups are unchanged.
-//! - **Cancel** is `scancel` (SIGTERM, SIGKILL after the cluster's KillWait).
+//! - **Cancel** is `scancel` (SIGTERM, SIGKILL after the cluster's KillWait); **signal** is
+//!   `scancel --signal=N --full` (every step and the batch script), as the job's owner.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use futures_util::future::BoxFuture;
 
 use super::{HetTask, JobInfo, QueueLine, Slurm, SlurmError, Submission};
 use crate::clock::now_ms;
-use crate::executor::backend::cancel_unstarted;
+use crate::executor::backend::{SignalError, cancel_unstarted};
 use crate::executor::{Backend, Host, Placed, job_env};
 use crate::jobs::TableError;
 use crate::store::JobRecord;
@@ -87,6 +88,21 @@ impl<H: Host> Backend<H> for SlurmBackend {
             Some(_) => job.clone(),
         };
         Ok(self.slurm_cancel(host, &job))
+    }
+
+    fn signal(&self, host: &H, job: &JobRecord, signal: i32) -> Result<String, SignalError> {
+        let Some(sid) = job.slurm_id() else {
+            // Running, but not in Slurm: a job of this machine's supervisors from before the
+            // daemon ran under Slurm; nothing here reaches it.
+            return Err(SignalError::NothingRuns(
+                "it has no Slurm job (it ran under this machine's supervisors)".into(),
+            ));
+        };
+        let run_as = host.run_as(job).map_err(SignalError::Failed)?;
+        self.slurm
+            .signal(sid, signal, run_as.as_ref())
+            .map(|()| format!("Slurm job {sid}, every step and its batch script"))
+            .map_err(|e| SignalError::Failed(e.to_string()))
     }
 
     fn recover(&self, _host: &Arc<H>) -> BoxFuture<'static, ()> {

@@ -295,6 +295,26 @@ impl Slurm {
     }
 }
 
+impl Slurm {
+    /// `scancel --signal=N --full`: signal `signal` to every step of the job and to its batch
+    /// script (`--full`; without it the batch shell alone is spared).
+    pub fn signal(&self, id: u64, signal: i32, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+        let mut cmd = self.command("scancel");
+        cmd.arg(format!("--signal={signal}"))
+            .arg("--full")
+            .arg(id.to_string());
+        if let Some(run_as) = run_as {
+            crate::executor::run_as_user(&mut cmd, run_as);
+        }
+        let (ok, _, stderr) = self.run(cmd, "scancel --signal")?;
+        if ok {
+            Ok(())
+        } else {
+            Err(SlurmError::Refused(stderr))
+        }
+    }
+}
+
 fn unreachable(stderr: &str) -> bool {
     [
         "Unable to contact slurm controller",

@@ -1,0 +1,37 @@
+//! `GET /v1/workflows`: one row per workflow, oldest first (`baton workflow list`): its id,
+//! name, state, how many of its tasks have ended of how many, when it was submitted and ended,
+//! and its owner. Another user's workflow on a shared daemon is listed too, as `status` lists
+//! another user's jobs: its name and progress are not private, its source file (shown only by
+//! `workflow status`) is, and the row is marked `private`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{ConnectInfo, State};
+
+use crate::api::WorkflowRow;
+use crate::daemon::views::rfc3339;
+use crate::daemon::{ApiError, Daemon, Peer};
+
+pub async fn handle(
+    State(daemon): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> Result<Json<Vec<WorkflowRow>>, ApiError> {
+    let rows = daemon.lock().jobs.store().workflow_rows()?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|(wf, tasks_done, tasks_total)| WorkflowRow {
+                id: wf.id,
+                name: wf.name,
+                state: wf.state,
+                atomic: wf.atomic,
+                owner: wf.owner,
+                submitted_at: rfc3339(wf.submitted_at),
+                ended_at: wf.ended_at.map(rfc3339),
+                tasks_done,
+                tasks_total,
+                private: !(peer.is_root() || peer.uid == wf.owner_uid),
+            })
+            .collect(),
+    ))
+}
