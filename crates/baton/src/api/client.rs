@@ -499,6 +499,14 @@ impl Client {
         self.post("/cancel", req)
     }
 
+    pub fn resolve(&self, req: &ResolveRequest) -> Result<ResolveResponse, ClientError> {
+        self.post("/resolve", req)
+    }
+
+    pub fn select(&self, req: &SelectRequest) -> Result<JobsResponse, ClientError> {
+        self.post("/select", req)
+    }
+
     pub fn hold(&self, ids: &[u64]) -> Result<JobsResponse, ClientError> {
         self.post("/hold", &HoldRequest { ids: ids.to_vec() })
     }

@@ -596,6 +596,42 @@ pub struct WorkflowRow {
     pub private: bool,
 }
 
+/// `POST /v1/resolve`: job names (or globs) to ids, for the commands that take a name where
+/// an id goes. Only the caller's own jobs are named.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveRequest {
+    pub refs: Vec<String>,
+    /// A glob may name several jobs (`cancel sweep-*`); without it, a glob matching more than
+    /// one is an error that lists them.
+    #[serde(default)]
+    pub many: bool,
+    /// Only queued and running jobs (what cancel, hold and release can act on).
+    #[serde(default)]
+    pub active_only: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ResolveResponse {
+    pub ids: Vec<u64>,
+}
+
+/// `POST /v1/select`: the caller's own queued and running jobs that match every filter given
+/// (for `cancel --name/--state/--mine/--all`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelectRequest {
+    /// A name or glob.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `queued` or `running`.
+    #[serde(default)]
+    pub state: Option<baton_core::JobState>,
+    /// Only jobs this agent session submitted (`none`: outside every session).
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
 /// `POST /v1/hold` and `POST /v1/release`: the jobs to hold, or to let start again.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -7,11 +7,14 @@ use crate::edge::connect::client;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    id: u64,
+    /// The job: its id, or its name (your newest job of that name).
+    #[arg(value_name = "ID|NAME")]
+    job: String,
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    let events = client().events(args.id)?;
+    let id = crate::edge::resolve::job_id(&client(), &args.job)?;
+    let events = client().events(id)?;
     if json {
         print_json(&events);
         return Ok(ExitCode::SUCCESS);

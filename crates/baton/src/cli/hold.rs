@@ -10,16 +10,19 @@ use crate::edge::connect::client;
 pub struct Args {
     /// The jobs.
     #[arg(required = true)]
-    ids: Vec<u64>,
+    #[arg(value_name = "ID|NAME")]
+    ids: Vec<String>,
 }
 
 /// Holds the jobs (`hold`), or releases them.
 pub fn run(args: Args, hold: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let ids =
+        crate::edge::resolve::job_ids(&client(), &args.ids, crate::edge::resolve::Takes::Active)?;
     let client = client();
     let resp = if hold {
-        client.hold(&args.ids)?
+        client.hold(&ids)?
     } else {
-        client.release(&args.ids)?
+        client.release(&ids)?
     };
     if json {
         print_json(&resp.jobs);

@@ -10,7 +10,9 @@ use crate::edge::present;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    id: u64,
+    /// The job: its id, or its name (your newest job of that name).
+    #[arg(value_name = "ID|NAME")]
+    job: String,
     /// Keep printing new output until the job ends.
     #[arg(long, short)]
     follow: bool,
@@ -31,16 +33,17 @@ struct LogsJson {
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let id = crate::edge::resolve::job_id(&client(), &args.job)?;
     let query = LogsQuery {
         stderr: args.stderr,
         tail: args.tail,
         follow: args.follow,
     };
     let client = client();
-    let mut body = client.logs(args.id, &query)?;
+    let mut body = client.logs(id, &query)?;
     // A queued job has no output yet: say so rather than print nothing.
     if !json
-        && let Some(job) = client.list(&[args.id], false)?.first()
+        && let Some(job) = client.list(&[id], false)?.first()
         && job.state == baton_core::JobState::Queued
     {
         let reason = job
@@ -55,15 +58,15 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         };
         eprintln!(
             "baton: job {} has not started yet{reason}; {}",
-            args.id,
-            then.replace("ID", &args.id.to_string())
+            id,
+            then.replace("ID", &id.to_string())
         );
     }
     if json {
         let mut bytes = Vec::new();
         body.read_to_end(&mut bytes)?;
         print_json(&LogsJson {
-            id: args.id,
+            id: id,
             stream: if args.stderr { "stderr" } else { "stdout" },
             text: String::from_utf8_lossy(&bytes).into_owned(),
         });

@@ -10,11 +10,14 @@ use crate::edge::present;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The job.
-    id: u64,
+    /// The job: its id, or its name (your newest job of that name).
+    #[arg(value_name = "ID|NAME")]
+    job: String,
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    let resp = client().report(args.id)?;
+    let id = crate::edge::resolve::job_id(&client(), &args.job)?;
+    let resp = client().report(id)?;
     if json {
         print_json(&resp);
         return Ok(ExitCode::SUCCESS);

@@ -11,11 +11,14 @@ use crate::edge::connect::client;
 pub struct Args {
     /// Jobs to run again.
     #[arg(required = true)]
-    ids: Vec<u64>,
+    #[arg(value_name = "ID|NAME")]
+    ids: Vec<String>,
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    let resp = client().requeue(&args.ids)?;
+    let ids =
+        crate::edge::resolve::job_ids(&client(), &args.ids, crate::edge::resolve::Takes::Many)?;
+    let resp = client().requeue(&ids)?;
     if json {
         print_json(&resp.jobs);
         return Ok(ExitCode::SUCCESS);

@@ -15,7 +15,9 @@ use crate::edge::{present, request};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The job whose spec the new job takes (any state, any age).
-    id: u64,
+    /// The job: its id, or its name (your newest job of that name).
+    #[arg(value_name = "ID|NAME")]
+    job: String,
     /// A name for the new job (default: the original's).
     #[arg(long)]
     name: Option<String>,
@@ -44,6 +46,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let id = crate::edge::resolve::job_id(&client(), &args.job)?;
     let req = ResubmitRequest {
         name: args.name,
         gpus: args.gpus,
@@ -55,7 +58,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         notify: args.notify,
         context: request::agent_context(),
     };
-    let job = client().resubmit(args.id, &req)?;
+    let job = client().resubmit(id, &req)?;
     if json {
         print_json(&job);
     } else {
@@ -64,7 +67,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     eprintln!(
         "baton: job {} is a copy of job {} (its dependencies are not copied).\nbaton: {}\nbaton: {}",
         job.id,
-        args.id,
+        id,
         present::job_queued(&job, &present::standing(&job)),
         present::delivery_note(&job, true),
     );

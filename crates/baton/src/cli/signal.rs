@@ -11,7 +11,9 @@ use crate::edge::connect::client;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The running job.
-    id: u64,
+    /// The job: its id, or its name (your newest job of that name).
+    #[arg(value_name = "ID|NAME")]
+    job: String,
     /// The signal: a name with or without SIG (TERM, SIGUSR1, HUP, INT, KILL, STOP, CONT,
     /// RTMIN+1) or a number from 1 to 64.
     #[arg(allow_hyphen_values = true)]
@@ -19,14 +21,15 @@ pub struct Args {
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let id = crate::edge::resolve::job_id(&client(), &args.job)?;
     // Refused here, before any daemon is asked, with the daemon's own wording.
     baton_core::signal::parse(&args.signal)
         .map_err(|e| UsageError(format!("{}: {e}", args.signal.trim())))?;
-    let resp = client().signal(args.id, &args.signal)?;
+    let resp = client().signal(id, &args.signal)?;
     if json {
         print_json(&resp);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("job {}: {} sent to {}", args.id, resp.name, resp.detail);
+    println!("job {}: {} sent to {}", id, resp.name, resp.detail);
     Ok(ExitCode::SUCCESS)
 }

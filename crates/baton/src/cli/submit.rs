@@ -37,15 +37,15 @@ pub struct Args {
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     priority: i64,
     /// Start only after these jobs succeed (a failure fails this job too).
-    #[arg(long, value_delimiter = ',', value_name = "ID[,ID]")]
-    after: Vec<u64>,
+    #[arg(long, value_delimiter = ',', value_name = "ID|NAME[,...]")]
+    after: Vec<String>,
     /// Start after these jobs end, whatever their result.
-    #[arg(long, value_delimiter = ',', value_name = "ID[,ID]")]
-    after_any: Vec<u64>,
+    #[arg(long, value_delimiter = ',', value_name = "ID|NAME[,...]")]
+    after_any: Vec<String>,
     /// Start only if these jobs do not succeed (a clean-up or a fallback; Slurm's afternotok).
     /// If one succeeds, this job ends `failed` without running.
-    #[arg(long, value_delimiter = ',', value_name = "ID[,ID]")]
-    after_failed: Vec<u64>,
+    #[arg(long, value_delimiter = ',', value_name = "ID|NAME[,...]")]
+    after_failed: Vec<String>,
     /// Start only after every earlier job of yours with the same name has ended (one at a time).
     #[arg(long)]
     singleton: bool,
@@ -94,6 +94,19 @@ pub struct Args {
     command: Vec<String>,
 }
 
+/// The jobs `--after` and its kin name: ids, or names and globs of your jobs (`--after
+/// 'prep-*'`: after all of them).
+fn after(refs: &[String]) -> anyhow::Result<Vec<u64>> {
+    if refs.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(crate::edge::resolve::job_ids(
+        &client(),
+        refs,
+        crate::edge::resolve::Takes::Many,
+    )?)
+}
+
 fn parse_env(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
@@ -121,9 +134,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         cpus: args.cpus,
         mem: args.mem,
         priority: args.priority,
-        after: args.after,
-        after_any: args.after_any,
-        after_failed: args.after_failed,
+        after: after(&args.after)?,
+        after_any: after(&args.after_any)?,
+        after_failed: after(&args.after_failed)?,
         singleton: args.singleton,
         begin_at_ms: match &args.begin {
             Some(text) => Some(

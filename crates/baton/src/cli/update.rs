@@ -13,7 +13,9 @@ use crate::edge::connect::client;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The job.
-    id: u64,
+    /// The job: its id, or its name (your newest job of that name).
+    #[arg(value_name = "ID|NAME")]
+    job: String,
     #[arg(long)]
     name: Option<String>,
     #[arg(long, allow_negative_numbers = true)]
@@ -31,6 +33,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let id = crate::edge::resolve::job_id(&client(), &args.job)?;
     let req = UpdateRequest {
         name: args.name,
         priority: args.priority,
@@ -48,7 +51,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         )
         .into());
     }
-    let job = client().update(args.id, &req)?;
+    let job = client().update(id, &req)?;
     if json {
         print_json(&job);
     } else {

@@ -24,7 +24,8 @@ use crate::edge::{present, request};
 pub struct Args {
     /// Jobs to wait for.
     #[arg(required = true)]
-    ids: Vec<u64>,
+    #[arg(value_name = "ID|NAME")]
+    ids: Vec<String>,
     /// Give up after this long (exit 124), e.g. 30m.
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     timeout: Option<i64>,
@@ -61,6 +62,8 @@ fn waiting_for(ids: &[u64], states: Option<&[JobState]>) -> String {
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let ids =
+        crate::edge::resolve::job_ids(&client(), &args.ids, crate::edge::resolve::Takes::Many)?;
     let client = client();
     let deadline = args
         .timeout
@@ -74,18 +77,18 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         {
             s.set_style(style);
         }
-        s.set_message(waiting_for(&args.ids, None));
+        s.set_message(waiting_for(&ids, None));
         s.enable_steady_tick(Duration::from_millis(120));
         s
     });
     // The states last shown. The first guess, ended, is answered at once with the real states
     // (or, when they have all ended, with the result).
-    let mut seen: Vec<JobState> = vec![JobState::Succeeded; args.ids.len()];
+    let mut seen: Vec<JobState> = vec![JobState::Succeeded; ids.len()];
     // Whether the daemon has answered (or at least accepted) a request of ours yet.
     let mut reached = false;
     let response = loop {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let mut req = request::wait_request(args.ids.clone(), left, !json && !args.brief);
+        let mut req = request::wait_request(ids.clone(), left, !json && !args.brief);
         if spinner.is_some() {
             req.unless_changed_from = seen.clone();
         }
@@ -96,7 +99,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
                     Some(s) if !resp.done && !timed_out => {
                         reached = true;
                         seen = resp.jobs.iter().map(|j| j.state).collect();
-                        s.set_message(waiting_for(&args.ids, Some(&seen)));
+                        s.set_message(waiting_for(&ids, Some(&seen)));
                         continue;
                     }
                     _ => break resp,

@@ -5,9 +5,11 @@
 //! - [`connect`]: reaching the daemon, and starting the user's own when none runs;
 //! - [`request`]: building requests from the caller's inputs and context;
 //! - [`workflow`]: reading and checking a workflow file before it is sent;
-//! - [`present`]: the words of tables, summaries, queue notes and errors.
+//! - [`present`]: the words of tables, summaries, queue notes and errors;
+//! - [`resolve`]: job names and globs where an id goes.
 
 pub mod connect;
 pub mod present;
 pub mod request;
+pub mod resolve;
 pub mod workflow;

@@ -50,6 +50,7 @@ mod deliveries;
 mod events;
 mod jobs;
 mod monitor;
+mod names;
 mod schema;
 mod workflows;
 
@@ -60,6 +61,7 @@ pub(crate) use deliveries::{insert_deliveries, supersede_deliveries};
 pub use events::Event;
 pub use jobs::{JobRecord, NewJob, SpecChange, default_name};
 pub use monitor::{AuditEntry, GpuMinuteSample, JobGpuSample, JobGpuUsage};
+pub use names::{NamedJob, is_glob};
 pub use rusqlite::Transaction;
 pub use workflows::{NewTask, NewWorkflow, WorkflowRecord};
 

@@ -11,6 +11,7 @@ mod info;
 mod list;
 mod logs;
 mod metrics;
+mod names;
 mod report;
 mod requeue;
 mod resubmit;
@@ -46,6 +47,8 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/requeue", post(requeue::handle))
         .route("/wait", post(wait::handle))
         .route("/cancel", post(cancel::handle))
+        .route("/resolve", post(names::resolve))
+        .route("/select", post(names::select))
         .route("/hold", post(hold::hold))
         .route("/release", post(hold::release))
         .route("/jobs/{id}/update", post(update::handle))
