@@ -130,6 +130,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         system: args.system,
         grace_ms: args.grace.or(settings.daemon.grace).unwrap_or(30_000),
         recent_ms: args.recent.or(settings.daemon.recent).unwrap_or(3_600_000),
+        recent_shown: settings.daemon.recent_shown.unwrap_or(10),
+        retention: settings.retention,
         waste: settings.waste,
         backend: settings.backend,
         containment,

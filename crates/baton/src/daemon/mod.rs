@@ -12,6 +12,7 @@ mod host;
 mod monitor;
 mod outbox;
 mod place;
+mod retention;
 mod server;
 mod views;
 
@@ -52,6 +53,10 @@ pub struct Config {
     pub grace_ms: Millis,
     /// `status` without ids shows jobs that ended this recently.
     pub recent_ms: Millis,
+    /// ... and at most this many of them (`[daemon] recent_shown`).
+    pub recent_shown: usize,
+    /// How long ended jobs and their output files are kept (`[retention]`).
+    pub retention: crate::history::retention::Retention,
     /// The GPU monitor's interval and the waste rules (`[waste]` in config.toml).
     pub waste: baton_core::waste::WasteConfig,
     /// Where jobs run (`[backend]` in config.toml).
@@ -75,6 +80,8 @@ impl Config {
             system: false,
             grace_ms: 1_000,
             recent_ms: 3_600_000,
+            recent_shown: 10,
+            retention: Default::default(),
             waste: baton_core::waste::WasteConfig::default(),
             backend: Default::default(),
             containment: Method::Subreaper {
@@ -123,6 +130,10 @@ pub struct Daemon {
     pub(crate) tag: String,
     /// What `GET /metrics` serves.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Read-only connections for listings, history and stats: they never take the lock.
+    readers: crate::store::Readers,
+    /// Where retention stands (`retention.rs`).
+    retention: retention::State,
 }
 
 /// What the daemon's lock guards. The backends (`crate::executor`) work on it too.
@@ -172,11 +183,19 @@ impl Daemon {
         probe: Box<dyn GpuProbe>,
         exe: PathBuf,
     ) -> Result<Arc<Daemon>, StoreError> {
-        let recent_uses = store
-            .ended_since(now_ms() - USAGE_WINDOW_MS)?
-            .iter()
-            .filter_map(|j| use_of(j, j.ended_at()))
-            .collect();
+        // Streamed from the few columns it needs: reading a week of ended jobs whole (their
+        // environments) would leave the allocator holding their size for good.
+        let mut recent_uses = Vec::new();
+        store.each_held_since(now_ms() - USAGE_WINDOW_MS, |h| {
+            recent_uses.push(baton_core::fair_share::Use {
+                owner: h.owner_uid,
+                gpus: gpu_share(h.gpus_requested, h.gpu_mem),
+                start: h.started_at,
+                end: Some(h.ended_at),
+            })
+        })?;
+        recent_uses.shrink_to_fit();
+        let readers = crate::store::Readers::new(&config.home.join("baton.db"));
         let jobs = JobTable::load(store)?;
         let gpu_info = probe.gpus();
         let gpus = gpu_info
@@ -227,6 +246,8 @@ impl Daemon {
             uid,
             tag,
             metrics: Arc::new(crate::metrics::Metrics::new()),
+            readers,
+            retention: Default::default(),
         }))
     }
 
@@ -237,6 +258,20 @@ impl Daemon {
 
     pub(crate) fn files(&self, id: JobId) -> JobFiles {
         JobFiles::new(crate::paths::job_dir(&self.config.home, id.0))
+    }
+
+    /// Runs `f` on one of the read-only connections, on the blocking pool: a listing neither
+    /// takes the daemon's lock nor holds up an async worker.
+    pub(crate) async fn read<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let me = self.clone();
+        self.tasks
+            .spawn_blocking(move || me.readers.with(f))
+            .await
+            .map_err(|e| ApiError::Internal(format!("a read failed: {e}")))?
+            .map_err(ApiError::from)
     }
 
     pub(crate) fn notify_changed(&self) {
@@ -262,6 +297,7 @@ impl Daemon {
         }
         tasks.spawn(Drained, self.clone().lease_loop());
         tasks.spawn(Drained, self.clone().durable_loop());
+        tasks.spawn(Stop, self.clone().retention_loop());
         if let Some(follow) = self.backend.follow(self.clone()) {
             tasks.spawn(Drained, follow);
         }
@@ -713,17 +749,21 @@ struct Queued {
 /// from its start to `end` (`None`: still running).
 fn use_of(job: &JobRecord, end: Option<Millis>) -> Option<baton_core::fair_share::Use> {
     let start = job.started_at()?;
-    let gpus = match job.request.mem_per_gpu {
-        None => job.request.count as f64,
-        // A memory-sized job counts the part of an 80 GiB GPU it asked for.
-        Some(mem) => job.request.count as f64 * (mem as f64 / (80u64 << 30) as f64).min(1.0),
-    };
     Some(baton_core::fair_share::Use {
         owner: job.owner_uid,
-        gpus,
+        gpus: gpu_share(job.request.count, job.request.mem_per_gpu),
         start,
         end,
     })
+}
+
+/// The GPUs a request holds for fair share: a memory-sized job counts the part of an 80 GiB
+/// GPU it asked for.
+fn gpu_share(count: u32, mem_per_gpu: Option<u64>) -> f64 {
+    match mem_per_gpu {
+        None => count as f64,
+        Some(mem) => count as f64 * (mem as f64 / (80u64 << 30) as f64).min(1.0),
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,53 @@
+//! `baton gc [--dry-run]`: applies retention (`[retention]` in config.toml) now, or with
+//! `--dry-run` says what it would remove: job rows (with their events, deliveries and GPU
+//! usage), output files and their bytes, and what is kept back because active jobs need it.
+//! The daemon applies the same retention by itself when things fall due.
+
+use std::process::ExitCode;
+
+use baton_core::units::format_size;
+
+use super::print_json;
+use crate::edge::connect::client;
+use crate::edge::present::thousands;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Only say what would be removed.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let r = client().gc(args.dry_run)?;
+    if json {
+        print_json(&r);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = if r.dry_run { "would remove" } else { "removed" };
+    println!(
+        "retention: job records kept {}, output files {} after a job ends",
+        r.keep_jobs, r.keep_outputs
+    );
+    println!(
+        "{verb}: {} ended jobs ({} events, {} deliveries, {} GPU usage rows), {} workflows",
+        thousands(r.jobs),
+        thousands(r.events),
+        thousands(r.deliveries),
+        thousands(r.gpu_usage_rows),
+        thousands(r.workflows)
+    );
+    println!(
+        "{verb}: {} files, {}",
+        thousands(r.files),
+        format_size(r.bytes)
+    );
+    if r.kept_back > 0 {
+        println!(
+            "kept back: {} ended jobs that active jobs still need (dependencies, workflows)",
+            thousands(r.kept_back)
+        );
+    }
+    println!("next due: {}", r.next_due);
+    Ok(ExitCode::SUCCESS)
+}
