@@ -538,11 +538,15 @@ impl Client {
     }
 
     /// What retention would remove now (`dry_run`), or removes it.
-    pub fn gc(&self, dry_run: bool) -> Result<GcReport, ClientError> {
+    pub fn gc(&self, dry_run: bool, older_than: Option<&str>) -> Result<GcReport, ClientError> {
+        let target = match older_than {
+            Some(d) => format!("/gc?older_than={}", percent_encode(d)),
+            None => "/gc".to_string(),
+        };
         if dry_run {
-            self.get("/gc")
+            self.get(&target)
         } else {
-            self.post("/gc", &serde_json::json!({}))
+            self.post(&target, &serde_json::json!({}))
         }
     }
 

@@ -358,6 +358,14 @@ pub struct HistoryView {
     pub private: bool,
 }
 
+/// `GET /v1/gc?older_than=7d` and `POST /v1/gc?older_than=7d`: retention with a shorter
+/// window than `[retention]`'s, this once (for rows and outputs alike).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GcQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than: Option<String>,
+}
+
 /// `GET /v1/gc` (what retention would remove now) and `POST /v1/gc` (remove it now).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GcReport {

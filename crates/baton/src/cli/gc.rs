@@ -16,18 +16,34 @@ pub struct Args {
     /// Only say what would be removed.
     #[arg(long)]
     dry_run: bool,
+    /// This once, treat jobs that ended this long ago as due (`7d`; `0s`: every ended job
+    /// nothing active needs), rows and output files alike.
+    #[arg(long, value_name = "DUR", value_parser = check_duration)]
+    older_than: Option<String>,
+}
+
+fn check_duration(text: &str) -> Result<String, String> {
+    crate::history::retention::parse_window(text)
+        .map(|_| text.to_string())
+        .map_err(|e| e.to_string())
 }
 
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    let r = client().gc(args.dry_run)?;
+    let r = client().gc(args.dry_run, args.older_than.as_deref())?;
     if json {
         print_json(&r);
         return Ok(ExitCode::SUCCESS);
     }
     let verb = if r.dry_run { "would remove" } else { "removed" };
     println!(
-        "retention: job records kept {}, output files {} after a job ends",
-        r.keep_jobs, r.keep_outputs
+        "retention: job records kept {}, output files {} after a job ends{}",
+        r.keep_jobs,
+        r.keep_outputs,
+        if args.older_than.is_some() {
+            " (this once)"
+        } else {
+            ""
+        }
     );
     println!(
         "{verb}: {} ended jobs ({} events, {} deliveries, {} GPU usage rows), {} workflows",

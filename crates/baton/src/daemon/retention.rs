@@ -18,7 +18,7 @@ use std::time::Duration;
 use baton_core::{JobId, Millis};
 
 use super::{Daemon, Inner, now_ms};
-use crate::history::retention::{InUse, rows_to_remove};
+use crate::history::retention::{InUse, Retention, rows_to_remove};
 use crate::store::{Removed, StoreError};
 
 /// Rows deleted per transaction (each one a short hold of the daemon's lock).
@@ -48,7 +48,11 @@ impl Daemon {
     pub(super) async fn retention_loop(self: Arc<Self>) {
         loop {
             let me = self.clone();
-            let next = match self.tasks.spawn_blocking(move || me.sweep(false)).await {
+            let next = match self
+                .tasks
+                .spawn_blocking(move || me.sweep(false, None))
+                .await
+            {
                 Ok(Ok(swept)) => {
                     if swept.removed.jobs > 0 || swept.files > 0 {
                         tracing::info!(
@@ -75,15 +79,20 @@ impl Daemon {
         }
     }
 
-    /// One retention pass over what is due now; `dry_run` only counts.
-    pub(crate) fn sweep(&self, dry_run: bool) -> Result<Swept, StoreError> {
+    /// One retention pass over what is due now; `dry_run` only counts. `windows`, shorter
+    /// than `[retention]`'s, apply this once (`baton gc --older-than`).
+    pub(crate) fn sweep(
+        &self,
+        dry_run: bool,
+        windows: Option<Retention>,
+    ) -> Result<Swept, StoreError> {
         let _one = self
             .retention
             .pass
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let now = now_ms();
-        let r = self.config.retention;
+        let r = windows.unwrap_or(self.config.retention);
         let (rows_before, outputs_before) = (r.rows_before(now), r.outputs_before(now));
         let mut swept = Swept::default();
         // Rows, and with them whole job directories.
@@ -130,11 +139,15 @@ impl Daemon {
             swept.workflows = workflows.len() as u64;
         }
         // Output files of jobs past `outputs`, from where the last pass stopped.
-        let from = *self
-            .retention
-            .outputs_done_before
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        // (A pass with its own windows looks at every job: the mark is the configured one's.)
+        let from = match windows {
+            Some(_) => 0,
+            None => *self
+                .retention
+                .outputs_done_before
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        };
         let mut after = JobId(0);
         loop {
             let ids = self
@@ -156,20 +169,22 @@ impl Daemon {
                 }
             }
         }
-        if !dry_run {
+        if !dry_run && windows.is_none() {
             *self
                 .retention
                 .outputs_done_before
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()) = outputs_before;
         }
+        // When the configured windows next have something to remove.
+        let c = self.config.retention;
         let (next_row, next_outputs) = self.readers.with(|s| {
             Ok((
-                s.first_end_from(rows_before)?,
-                s.first_end_from(outputs_before)?,
+                s.first_end_from(c.rows_before(now))?,
+                s.first_end_from(c.outputs_before(now))?,
             ))
         })?;
-        swept.next_due = r.next_due(now, next_row, next_outputs);
+        swept.next_due = c.next_due(now, next_row, next_outputs);
         Ok(swept)
     }
 }

@@ -86,6 +86,15 @@ impl Retention {
     }
 }
 
+/// A window as `baton gc --older-than` takes it: a duration (`7d`, `12h`), or `0` / `0s` for
+/// every ended job.
+pub fn parse_window(text: &str) -> Result<Millis, baton_core::units::UnitError> {
+    match text.trim() {
+        "0" | "0s" | "0m" | "0h" | "0d" => Ok(0),
+        other => baton_core::units::parse_duration(other),
+    }
+}
+
 /// An ended job old enough to go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Candidate {
@@ -171,6 +180,13 @@ mod tests {
             NOW + 1_000
         );
         assert_eq!(r.next_due(NOW, None, None), NOW + 2 * DAY_MS);
+    }
+
+    #[test]
+    fn a_window_may_be_zero() {
+        assert_eq!(parse_window("0s"), Ok(0));
+        assert_eq!(parse_window("7d"), Ok(7 * DAY_MS));
+        assert!(parse_window("soon").is_err());
     }
 
     #[test]

@@ -5,23 +5,41 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, Query, State};
 
-use crate::api::GcReport;
+use crate::api::{GcQuery, GcReport};
 use crate::daemon::views::rfc3339;
 use crate::daemon::{ApiError, Daemon, Peer};
+use crate::history::retention::Retention;
 
 pub async fn dry_run(
     State(daemon): State<Arc<Daemon>>,
-    ConnectInfo(_peer): ConnectInfo<Peer>,
+    Query(q): Query<GcQuery>,
 ) -> Result<Json<GcReport>, ApiError> {
-    run(daemon, true).await
+    let windows = windows(&daemon, &q)?;
+    run(daemon, true, windows).await
+}
+
+/// The windows of this pass: `[retention]`'s, or shorter this once.
+fn windows(daemon: &Daemon, q: &GcQuery) -> Result<Option<Retention>, ApiError> {
+    let Some(text) = &q.older_than else {
+        return Ok(None);
+    };
+    let ms = crate::history::retention::parse_window(text)
+        .map_err(|e| ApiError::BadRequest(format!("older_than: {e}")))?;
+    let r = daemon.config.retention;
+    Ok(Some(Retention {
+        jobs: ms.min(r.jobs),
+        outputs: ms.min(r.outputs),
+    }))
 }
 
 pub async fn now(
     State(daemon): State<Arc<Daemon>>,
     ConnectInfo(peer): ConnectInfo<Peer>,
+    Query(q): Query<GcQuery>,
 ) -> Result<Json<GcReport>, ApiError> {
+    let windows = windows(&daemon, &q)?;
     let admin = || {
         let name = crate::users::name_of(peer.uid);
         daemon.config.limits.admins.contains(&name)
@@ -34,17 +52,21 @@ pub async fn now(
             "`baton gc --dry-run` shows what it would remove; the daemon removes it when due",
         ));
     }
-    run(daemon, false).await
+    run(daemon, false, windows).await
 }
 
-async fn run(daemon: Arc<Daemon>, dry_run: bool) -> Result<Json<GcReport>, ApiError> {
+async fn run(
+    daemon: Arc<Daemon>,
+    dry_run: bool,
+    windows: Option<Retention>,
+) -> Result<Json<GcReport>, ApiError> {
     let me = daemon.clone();
     let swept = daemon
         .tasks
-        .spawn_blocking(move || me.sweep(dry_run))
+        .spawn_blocking(move || me.sweep(dry_run, windows))
         .await
         .map_err(|e| ApiError::Internal(format!("the retention pass failed: {e}")))??;
-    let r = daemon.config.retention;
+    let r = windows.unwrap_or(daemon.config.retention);
     Ok(Json(GcReport {
         dry_run,
         keep_jobs: window(r.jobs),
