@@ -134,6 +134,9 @@ pub struct Daemon {
     readers: crate::store::Readers,
     /// Where retention stands (`retention.rs`).
     retention: retention::State,
+    /// How many ended jobs the store holds (the default `status` view says how many it leaves
+    /// out): counted once at startup, then kept up as jobs end and retention removes them.
+    ended_jobs: std::sync::atomic::AtomicU64,
 }
 
 /// What the daemon's lock guards. The backends (`crate::executor`) work on it too.
@@ -196,6 +199,7 @@ impl Daemon {
         })?;
         recent_uses.shrink_to_fit();
         let readers = crate::store::Readers::new(&config.home.join("baton.db"));
+        let ended_jobs = store.count_ended(&Default::default())?.into();
         let jobs = JobTable::load(store)?;
         let gpu_info = probe.gpus();
         let gpus = gpu_info
@@ -248,6 +252,7 @@ impl Daemon {
             metrics: Arc::new(crate::metrics::Metrics::new()),
             readers,
             retention: Default::default(),
+            ended_jobs,
         }))
     }
 
@@ -464,6 +469,8 @@ impl Daemon {
             inner.recent_uses.push(u);
         }
         inner.reports_pending.insert(id);
+        self.ended_jobs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _ = self.ended.send(id);
         if let Some(w) = job.workflow_id {
             self.workflow_task_ended(inner, w, id, at);

@@ -12,6 +12,7 @@
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -109,7 +110,12 @@ impl Daemon {
                 let (go, kept) = rows_to_remove(&batch, &in_use(&inner));
                 swept.kept_back += kept.len() as u64;
                 if !dry_run {
-                    swept.removed += inner.jobs.store_mut().delete_jobs(&go)?;
+                    let removed = inner.jobs.store_mut().delete_jobs(&go)?;
+                    let ended = &self.ended_jobs;
+                    let _ = ended.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                        Some(n.saturating_sub(removed.jobs))
+                    });
+                    swept.removed += removed;
                 }
                 go
             };

@@ -112,8 +112,20 @@ impl Daemon {
         let since = now_ms() - self.config.recent_ms;
         let shown = self.config.recent_shown;
         let f = filter.clone();
+        // Every ended job is counted as they end; a session's, by its index.
+        let counted = f
+            .session
+            .is_none()
+            .then(|| self.ended_jobs.load(std::sync::atomic::Ordering::Relaxed));
         let (mut jobs, ended) = self
-            .read(move |s| Ok((s.last_ended(&f, since, shown)?, s.count_ended(&f)?)))
+            .read(move |s| {
+                let last = s.last_ended(&f, since, shown)?;
+                let ended = match counted {
+                    Some(n) => n,
+                    None => s.count_ended(&f)?,
+                };
+                Ok((last, ended))
+            })
             .await?;
         let more = ended.saturating_sub(jobs.len() as u64);
         {
