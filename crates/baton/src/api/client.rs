@@ -482,7 +482,15 @@ impl Client {
         let resp = self.request("GET", &list_target(path, query), None, Patience::Call)?;
         let number = |name: &str| resp.header(name).and_then(|v| v.parse::<u64>().ok());
         let (next_before, more_ended) = (number(NEXT_HEADER), number(MORE_HEADER));
-        let items = serde_json::from_reader(resp.body).map_err(|e| ClientError::Interrupted {
+        // Read whole, then parsed: a page is up to a megabyte, and parsing from a slice is
+        // several times faster than from a reader.
+        let mut bytes = Vec::new();
+        let mut body = resp.body;
+        body.read_to_end(&mut bytes)
+            .map_err(|e| ClientError::Interrupted {
+                detail: format!("the answer was cut off: {e}"),
+            })?;
+        let items = serde_json::from_slice(&bytes).map_err(|e| ClientError::Interrupted {
             detail: format!("unreadable answer: {e}"),
         })?;
         Ok(Page {

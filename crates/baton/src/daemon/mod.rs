@@ -279,6 +279,17 @@ impl Daemon {
             .map_err(ApiError::from)
     }
 
+    /// Runs `f` on the blocking pool (a listing's read, its JSON): off the async workers.
+    pub(crate) async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.tasks
+            .spawn_blocking(f)
+            .await
+            .map_err(|e| ApiError::Internal(format!("a listing failed: {e}")))?
+    }
+
     pub(crate) fn notify_changed(&self) {
         self.changed.send_modify(|n| *n += 1);
     }

@@ -6,12 +6,11 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::response::Response;
 
 use crate::api::{HistoryView, ListQuery};
-use crate::daemon::handlers::list::paged;
+use crate::daemon::handlers::list::{json_body, paged};
 use crate::daemon::views::rfc3339;
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
 use crate::store::JobRecord;
@@ -21,26 +20,31 @@ pub async fn handle(
     ConnectInfo(peer): ConnectInfo<Peer>,
     Query(query): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
-    let listing = daemon.listing(&peer, &query, true).await?;
-    let mine: Vec<(baton_core::JobId, u32)> = listing
-        .jobs
-        .iter()
-        .filter(|j| peer.may_act_on(j) && !j.gpus().is_empty())
-        .map(|j| (j.id, j.attempt()))
-        .collect();
-    let means = daemon.read(move |s| s.gpu_means(&mine)).await?;
-    let now = now_ms();
-    let rows: Vec<HistoryView> = listing
-        .jobs
-        .iter()
-        .map(|j| {
-            let mut row = row_of(j, now);
-            row.gpu_util_pct = means.get(&j.id).map(|m| (m * 10.0).round() / 10.0);
-            row.private = !peer.may_act_on(j);
-            row
+    let me = daemon.clone();
+    daemon
+        .blocking(move || {
+            let listing = me.listing(&peer, &query, true)?;
+            let mine: Vec<(baton_core::JobId, u32)> = listing
+                .jobs
+                .iter()
+                .filter(|j| peer.may_act_on(j) && !j.gpus().is_empty())
+                .map(|j| (j.id, j.attempt()))
+                .collect();
+            let means = me.readers.with(|s| s.gpu_means(&mine))?;
+            let now = now_ms();
+            let rows: Vec<HistoryView> = listing
+                .jobs
+                .iter()
+                .map(|j| {
+                    let mut row = row_of(j, now);
+                    row.gpu_util_pct = means.get(&j.id).map(|m| (m * 10.0).round() / 10.0);
+                    row.private = !peer.may_act_on(j);
+                    row
+                })
+                .collect();
+            Ok(paged(json_body(&rows), &listing))
         })
-        .collect();
-    Ok(paged(Json(rows), &listing))
+        .await
 }
 
 /// A job's history row, its GPU use left to the caller.

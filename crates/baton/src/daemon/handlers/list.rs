@@ -9,7 +9,6 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -28,11 +27,30 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let ids = parse_ids(query.ids.as_deref().unwrap_or(""))?;
     if !ids.is_empty() {
-        return Ok(Json(daemon.views(&peer, &ids)?).into_response());
+        return Ok(json_body(&daemon.views(&peer, &ids)?));
     }
-    let listing = daemon.listing(&peer, &query, false).await?;
-    let views = daemon.shown(&peer, &listing.jobs);
-    Ok(paged(Json(views), &listing))
+    // All of it off the async workers: the read, the short look at the active jobs, and the
+    // JSON of up to a page of jobs, so that listings never hold up a submission's answer.
+    let me = daemon.clone();
+    daemon
+        .blocking(move || {
+            let listing = me.listing(&peer, &query, false)?;
+            let views = me.shown(&peer, &listing.jobs);
+            Ok(paged(json_body(&views), &listing))
+        })
+        .await
+}
+
+/// A JSON answer, serialised where it is made.
+pub(crate) fn json_body<T: serde::Serialize>(value: &T) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => ApiError::Internal(format!("cannot serialise the answer: {e}")).into_response(),
+    }
 }
 
 /// Jobs read for a listing, and where it stands among all that match.
@@ -85,8 +103,8 @@ pub(crate) fn filter_of(query: &ListQuery, peer: &Peer) -> Result<Filter, ApiErr
 impl Daemon {
     /// The jobs a listing shows: with filters or `all` (or `paged`), one page of all that
     /// match; else the default view.
-    pub(crate) async fn listing(
-        self: &Arc<Self>,
+    pub(crate) fn listing(
+        &self,
         peer: &Peer,
         query: &ListQuery,
         paged: bool,
@@ -96,8 +114,8 @@ impl Daemon {
             let limit = query.limit.unwrap_or(PAGE_MAX).clamp(1, PAGE_MAX);
             let before = query.before.map(JobId);
             let mut jobs = self
-                .read(move |s| s.list_jobs(&filter, before, limit + 1))
-                .await?;
+                .readers
+                .with(|s| s.list_jobs(&filter, before, limit + 1))?;
             let next_before = (jobs.len() > limit).then(|| {
                 jobs.truncate(limit);
                 jobs.last().map_or(0, |j| j.id.0)
@@ -117,16 +135,14 @@ impl Daemon {
             .session
             .is_none()
             .then(|| self.ended_jobs.load(std::sync::atomic::Ordering::Relaxed));
-        let (mut jobs, ended) = self
-            .read(move |s| {
-                let last = s.last_ended(&f, since, shown)?;
-                let ended = match counted {
-                    Some(n) => n,
-                    None => s.count_ended(&f)?,
-                };
-                Ok((last, ended))
-            })
-            .await?;
+        let (mut jobs, ended) = self.readers.with(|s| {
+            let last = s.last_ended(&f, since, shown)?;
+            let ended = match counted {
+                Some(n) => n,
+                None => s.count_ended(&f)?,
+            };
+            Ok((last, ended))
+        })?;
         let more = ended.saturating_sub(jobs.len() as u64);
         {
             let inner = self.lock();
