@@ -73,7 +73,9 @@ impl Retention {
     /// When the next thing falls due, given the end of the earliest job still kept whole
     /// (`next_row`: the first that ended at or after `rows_before(now)`) and of the earliest
     /// still holding its outputs (`next_outputs`). With none, a job that ends from now on is
-    /// the first: due a whole window from now. Never sooner than a second from now.
+    /// the first: due a whole window from now. Never sooner than a minute from now (or, for
+    /// windows shorter than that, one output window): with jobs ending all the time, passes
+    /// still come at most once a minute.
     pub fn next_due(
         &self,
         now: Millis,
@@ -82,7 +84,7 @@ impl Retention {
     ) -> Millis {
         let rows = next_row.map_or(now + self.jobs, |end| end + self.jobs);
         let outputs = next_outputs.map_or(now + self.outputs, |end| end + self.outputs);
-        rows.min(outputs).max(now + 1_000)
+        rows.min(outputs).max(now + self.outputs.min(60_000))
     }
 }
 
@@ -177,7 +179,7 @@ mod tests {
         );
         assert_eq!(
             r.next_due(NOW, Some(NOW - 10 * DAY_MS - 1), None),
-            NOW + 1_000
+            NOW + 60_000
         );
         assert_eq!(r.next_due(NOW, None, None), NOW + 2 * DAY_MS);
     }
