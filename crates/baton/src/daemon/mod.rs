@@ -613,21 +613,6 @@ impl Daemon {
         }
     }
 
-    /// When each queued job should start at the latest, by the running jobs' time limits (for
-    /// `baton status`; the first 500 queued jobs).
-    fn predicted_starts(&self, inner: &Inner) -> HashMap<JobId, Option<Millis>> {
-        match scheduling_input(inner, &self.gpus) {
-            Ok((running, pending, _)) => baton_core::scheduler::predicted_starts(
-                &self.gpus,
-                &running,
-                &pending,
-                now_ms(),
-                500,
-            ),
-            Err(_) => HashMap::new(),
-        }
-    }
-
     /// Copies of the running jobs.
     pub(crate) fn running(&self) -> Vec<JobRecord> {
         self.lock()

@@ -185,20 +185,30 @@ impl Daemon {
                 .get(jobs[i].id)
                 .is_some_and(|j| j.state() == JobState::Queued)
         });
-        let predicted = if queued {
-            self.predicted_starts(&inner)
-        } else {
-            Default::default()
-        };
-        for i in active {
-            let Some(live) = inner.jobs.get(jobs[i].id) else {
-                continue; // ended since the reader looked: as read
-            };
-            let mut view = shown_view(&inner.jobs, peer, live);
-            if let Some(Some(at)) = predicted.get(&live.id) {
-                view.predicted_start = Some(rfc3339(*at));
+        // What the queue's outlook is computed from is copied under the lock; the outlook
+        // itself is computed after it.
+        let input = queued
+            .then(|| crate::daemon::scheduling_input(&inner, &self.gpus).ok())
+            .flatten();
+        for &i in &active {
+            if let Some(live) = inner.jobs.get(jobs[i].id) {
+                views[i] = shown_view(&inner.jobs, peer, live);
+            } // else it ended since the reader looked: as read
+        }
+        drop(inner);
+        if let Some((running, pending, _)) = input {
+            let predicted = baton_core::scheduler::predicted_starts(
+                &self.gpus,
+                &running,
+                &pending,
+                now_ms(),
+                500,
+            );
+            for i in active {
+                if let Some(Some(at)) = predicted.get(&jobs[i].id) {
+                    views[i].predicted_start = Some(rfc3339(*at));
+                }
             }
-            views[i] = view;
         }
         views
     }
