@@ -22,6 +22,8 @@ pub struct Settings {
     pub retries: RetrySettings,
     /// What the users of a shared (`--system`) daemon may ask for (`[limits]`).
     pub limits: LimitSettings,
+    /// How long ended jobs and their output files are kept (`[retention]`).
+    pub retention: crate::history::retention::Retention,
     /// The cores and memory jobs may take, and what a job asks for by default (`[resources]`).
     pub resources: ResourceSettings,
 }
@@ -230,6 +232,9 @@ pub struct DaemonSettings {
     /// How long ended jobs stay in `baton status` without `--all` (as `--recent`; default 1h).
     #[serde(with = "baton_core::units::serde_opt_duration")]
     pub recent: Option<Millis>,
+    /// At most this many of those ended jobs in `baton status` without `--all` (default 10;
+    /// a line says how many more there are).
+    pub recent_shown: Option<usize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -316,6 +321,13 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             message: "[resources] default_cpus must be at least 1".into(),
         });
     }
+    settings
+        .retention
+        .validate()
+        .map_err(|e| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
     let r = &settings.retries;
     if r.delay < 0 || r.max_delay < r.delay {
         return Err(ConfigError::Invalid {
@@ -457,6 +469,29 @@ mod tests {
             .to_string();
         assert!(err.contains("default_cpus"), "{err}");
         let err = parse_str("[resources]\nmemory = \"lots\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("config.toml:2:"), "{err}");
+    }
+
+    #[test]
+    fn retention_keeps_rows_90_days_and_outputs_30_unless_told() {
+        let s = parse_str("").unwrap();
+        assert_eq!(s.retention, crate::history::retention::Retention::default());
+        assert_eq!(s.daemon.recent_shown, None);
+        let s = parse_str(
+            "[retention]\njobs = \"7d\"\noutputs = \"1d\"\n\n[daemon]\nrecent_shown = 3\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (s.retention.jobs, s.retention.outputs, s.daemon.recent_shown),
+            (7 * 86_400_000, 86_400_000, Some(3))
+        );
+        let err = parse_str("[retention]\njobs = \"1d\"\noutputs = \"2d\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("outputs") && err.contains("jobs"), "{err}");
+        let err = parse_str("[retention]\nrows = \"1d\"\n")
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("config.toml:2:"), "{err}");

@@ -9,6 +9,7 @@ mod daemon;
 mod edge;
 mod executor;
 mod gpu;
+mod history;
 mod jobs;
 mod mcp;
 mod metrics;

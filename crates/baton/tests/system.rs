@@ -729,3 +729,62 @@ fn the_queues_verbs_touch_only_ones_own_jobs() {
     }
     std::fs::write(b.work.join("go.v"), "").unwrap();
 }
+
+/// Filtered listings and `baton history` show another user's jobs as `status` does: without
+/// what is theirs alone (command, directory) and without their GPU use; `--mine` is one
+/// user's; and only root or an admin may run retention early.
+#[test]
+fn history_and_filtered_listings_keep_other_users_jobs_private() {
+    let Some(Shared { b, alice, bob }) = shared_daemon("h", "") else {
+        return;
+    };
+    let a = submit_as(&b, &alice, "echo s3cr3t-output");
+    as_user(&b, &alice, &["wait", &a.to_string(), "--timeout", "30s"]).expect(0);
+    let own = submit_as(&b, &bob, "true");
+    as_user(&b, &bob, &["wait", &own.to_string(), "--timeout", "30s"]).expect(0);
+    for args in [
+        &["status", "--all", "--json"][..],
+        &["status", "--owner", &alice.name, "--json"],
+        &["status", "--state", "succeeded", "--since", "1h", "--json"],
+    ] {
+        let jobs = as_user(&b, &bob, args).expect(0).json();
+        let job = jobs
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"] == a)
+            .unwrap_or_else(|| panic!("{args:?}: {jobs:#}"));
+        assert_eq!(job["private"], true, "{job:#}");
+        assert_eq!(job["command"], serde_json::json!([]), "{job:#}");
+        assert_eq!(job["cwd"], "", "{job:#}");
+    }
+    let rows = as_user(&b, &bob, &["history", "--json"]).expect(0).json();
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == a)
+        .unwrap();
+    assert_eq!(
+        (row["private"].as_bool(), row["gpu_util_pct"].is_null()),
+        (Some(true), true)
+    );
+    let csv = as_user(&b, &bob, &["history", "--csv"]).expect(0).stdout;
+    assert!(!csv.contains("s3cr3t"), "{csv}");
+    // `--mine` outside any agent session: bob's own jobs only.
+    let mine = as_user(&b, &bob, &["status", "--mine", "--all", "--json"])
+        .expect(0)
+        .json();
+    let ids: Vec<u64> = mine
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, [own], "{mine:#}");
+    as_user(&b, &bob, &["gc", "--dry-run"]).expect(0);
+    let out = as_user(&b, &bob, &["gc"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("admins"), "{out:?}");
+    b.run(&["gc"]).expect(0);
+}

@@ -102,6 +102,17 @@ fn transport(e: impl std::fmt::Display) -> ClientError {
 /// A response whose status was a success; `body` reads to the end of the body.
 pub struct Response {
     pub body: BufReader<UnixStream>,
+    /// Its headers, names in lower case.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// How long a call waits for the daemon: every call but those that wait by design gets an
@@ -320,10 +331,14 @@ impl Client {
             .ok_or_else(|| ClientError::Interrupted {
                 detail: format!("bad status line {status_line:?}"),
             })?;
+        let mut headers = Vec::new();
         loop {
             let mut line = String::new();
             if reader.read_line(&mut line).map_err(cut_off)? == 0 || line == "\r\n" {
                 break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
             }
         }
         // The body of a long call (logs --follow) streams for as long as it takes; an ordinary
@@ -332,7 +347,10 @@ impl Client {
             reader.get_ref().set_read_timeout(None).map_err(transport)?;
         }
         if (200..300).contains(&status) {
-            return Ok(Response { body: reader });
+            return Ok(Response {
+                body: reader,
+                headers,
+            });
         }
         let mut text = String::new();
         let _ = reader.read_to_string(&mut text);
@@ -434,17 +452,110 @@ impl Client {
         }
     }
 
+    /// The named jobs, or the default view (`all`: every job, every page).
     pub fn list(&self, ids: &[u64], all: bool) -> Result<Vec<JobView>, ClientError> {
         let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
-        self.get(&format!("/jobs?ids={}&all={all}", ids.join(",")))
+        let query = ListQuery {
+            ids: Some(ids.join(",")),
+            all,
+            ..ListQuery::default()
+        };
+        Ok(self.list_all(&query, None)?.items)
     }
 
     /// The jobs of one agent session (`none`: submitted outside any agent session).
     pub fn list_session(&self, session: &str, all: bool) -> Result<Vec<JobView>, ClientError> {
-        self.get(&format!(
-            "/jobs?session={}&all={all}",
-            percent_encode(session)
-        ))
+        let query = ListQuery {
+            session: Some(session.to_string()),
+            all,
+            ..ListQuery::default()
+        };
+        Ok(self.list_all(&query, None)?.items)
+    }
+
+    /// One page of `GET /v1/jobs` (or `/v1/history`: `path`).
+    fn page<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &ListQuery,
+    ) -> Result<Page<T>, ClientError> {
+        let resp = self.request("GET", &list_target(path, query), None, Patience::Call)?;
+        let number = |name: &str| resp.header(name).and_then(|v| v.parse::<u64>().ok());
+        let (next_before, more_ended) = (number(NEXT_HEADER), number(MORE_HEADER));
+        // Read whole, then parsed: a page is up to a megabyte, and parsing from a slice is
+        // several times faster than from a reader.
+        let mut bytes = Vec::new();
+        let mut body = resp.body;
+        body.read_to_end(&mut bytes)
+            .map_err(|e| ClientError::Interrupted {
+                detail: format!("the answer was cut off: {e}"),
+            })?;
+        let items = serde_json::from_slice(&bytes).map_err(|e| ClientError::Interrupted {
+            detail: format!("unreadable answer: {e}"),
+        })?;
+        Ok(Page {
+            items,
+            next_before,
+            more_ended,
+        })
+    }
+
+    /// Every page of a listing, newest first, until `limit` jobs (if given) or the last page.
+    fn follow<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &ListQuery,
+        limit: Option<usize>,
+    ) -> Result<Page<T>, ClientError> {
+        let mut query = query.clone();
+        let mut out: Page<T> = Page {
+            items: Vec::new(),
+            next_before: None,
+            more_ended: None,
+        };
+        loop {
+            query.limit = Some(page_size().min(limit.map_or(usize::MAX, |l| l - out.items.len())));
+            let page: Page<T> = self.page(path, &query)?;
+            out.items.extend(page.items);
+            out.more_ended = out.more_ended.or(page.more_ended);
+            out.next_before = page.next_before;
+            let full = limit.is_some_and(|l| out.items.len() >= l);
+            match page.next_before {
+                Some(before) if !full => query.before = Some(before),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// A whole listing of jobs (`limit`: at most that many, the newest).
+    pub fn list_all(
+        &self,
+        query: &ListQuery,
+        limit: Option<usize>,
+    ) -> Result<Page<JobView>, ClientError> {
+        self.follow("/jobs", query, limit)
+    }
+
+    /// A whole history listing (`limit`: at most that many rows, the newest).
+    pub fn history(
+        &self,
+        query: &ListQuery,
+        limit: Option<usize>,
+    ) -> Result<Page<HistoryView>, ClientError> {
+        self.follow("/history", query, limit)
+    }
+
+    /// What retention would remove now (`dry_run`), or removes it.
+    pub fn gc(&self, dry_run: bool, older_than: Option<&str>) -> Result<GcReport, ClientError> {
+        let target = match older_than {
+            Some(d) => format!("/gc?older_than={}", percent_encode(d)),
+            None => "/gc".to_string(),
+        };
+        if dry_run {
+            self.get(&target)
+        } else {
+            self.post(&target, &serde_json::json!({}))
+        }
     }
 
     pub fn submit_workflow(
@@ -585,6 +696,42 @@ fn percent_encode(text: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// How many jobs the client asks for per page (`BATON_PAGE_SIZE`, for tests; default and at
+/// most [`PAGE_MAX`]).
+fn page_size() -> usize {
+    std::env::var("BATON_PAGE_SIZE")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .map_or(PAGE_MAX, |n| n.min(PAGE_MAX))
+}
+
+/// A listing's path and query string.
+fn list_target(path: &str, q: &ListQuery) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut add = |key: &str, value: Option<String>| {
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            parts.push(format!("{key}={}", percent_encode(&v)));
+        }
+    };
+    add("ids", q.ids.clone());
+    add("all", q.all.then(|| "true".to_string()));
+    add("session", q.session.clone());
+    add("state", q.state.clone());
+    add("name", q.name.clone());
+    add("owner", q.owner.clone());
+    add("since", q.since.clone());
+    add("until", q.until.clone());
+    add("workflow", q.workflow.map(|w| w.to_string()));
+    add("limit", q.limit.map(|l| l.to_string()));
+    add("before", q.before.map(|b| b.to_string()));
+    if parts.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{}", parts.join("&"))
+    }
 }
 
 fn since_target(path: &str, since_ms: Option<i64>) -> String {

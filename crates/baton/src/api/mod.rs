@@ -315,7 +315,13 @@ pub struct JobView {
     pub private: bool,
 }
 
-/// `GET /v1/jobs?ids=1,2&all=true`: the named jobs, or the queue.
+/// `GET /v1/jobs?ids=1,2&all=true` and `GET /v1/history`: the named jobs, or the queue.
+///
+/// Without ids, filters or `all`, the listing is the bounded default view: every active job
+/// and the last few that ended (`[daemon] recent`, `recent_shown`), with [`MORE_HEADER`]
+/// saying how many ended jobs it leaves out. With filters or `all`, it is every job they
+/// select, newest first, one page at a time: at most `limit` (at most [`PAGE_MAX`]) per
+/// answer, the next page asked for with `before` set to [`NEXT_HEADER`]'s value.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ListQuery {
     /// Comma-separated ids; empty for the default listing.
@@ -328,6 +334,115 @@ pub struct ListQuery {
     /// submitted outside any agent session.
     #[serde(default)]
     pub session: Option<String>,
+    /// Comma-separated states (`failed,timeout`), or `active`, `ended`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// The job's name, a glob (`sweep-*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Comma-separated owners (user names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Jobs not ended before this time: a duration before now (`1d`), a date (`2026-11-30`)
+    /// or an RFC 3339 time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Jobs submitted at or before this time (same forms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// Tasks of this workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<u64>,
+    /// At most this many jobs in this answer (at most [`PAGE_MAX`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// Only jobs with ids below this one: the cursor of the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<u64>,
+}
+
+/// The most jobs one listing answer holds; clients follow [`NEXT_HEADER`] for the rest.
+pub const PAGE_MAX: usize = 1_000;
+
+/// The header of a listing answer that has more pages: the `before` of the next one.
+pub const NEXT_HEADER: &str = "baton-next-before";
+
+/// The header of a default listing: how many ended jobs it leaves out.
+pub const MORE_HEADER: &str = "baton-more-ended";
+
+/// One page of a listing, as the client reads it.
+#[derive(Clone, Debug)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// The `before` of the next page, when there is one.
+    pub next_before: Option<u64>,
+    /// For the default view: the ended jobs it leaves out.
+    pub more_ended: Option<u64>,
+}
+
+/// `GET /v1/history`: one row per job, as `baton history` shows it (sacct-like).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HistoryView {
+    pub id: u64,
+    pub name: String,
+    pub state: baton_core::JobState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub owner: String,
+    pub submitted_at: String,
+    pub started_at: Option<String>,
+    pub ended_at: Option<String>,
+    /// From submission to its (last attempt's) start, or to now or its end if it never started.
+    pub wait_ms: i64,
+    /// From its (last attempt's) start to its end, or to now while it runs; null if it never
+    /// started.
+    pub run_ms: Option<i64>,
+    /// GPUs asked for, and per GPU the memory for shared jobs.
+    pub gpus_requested: u32,
+    pub gpu_mem: Option<u64>,
+    /// The GPUs it ran (or runs) on.
+    pub gpus: Vec<u32>,
+    /// Mean utilisation of its GPUs over the monitor's samples of its last attempt, in percent;
+    /// null without samples (no GPUs, shorter than one sample, another user's job).
+    pub gpu_util_pct: Option<f64>,
+    pub attempt: u32,
+    pub workflow_id: Option<u64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private: bool,
+}
+
+/// `GET /v1/gc?older_than=7d` and `POST /v1/gc?older_than=7d`: retention with a shorter
+/// window than `[retention]`'s, this once (for rows and outputs alike).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GcQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than: Option<String>,
+}
+
+/// `GET /v1/gc` (what retention would remove now) and `POST /v1/gc` (remove it now).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GcReport {
+    /// Whether nothing was removed (the dry run).
+    pub dry_run: bool,
+    /// The windows applied (`90d`, `30d`).
+    pub keep_jobs: String,
+    pub keep_outputs: String,
+    /// Job rows removed (with their events, deliveries and GPU usage).
+    pub jobs: u64,
+    pub events: u64,
+    pub deliveries: u64,
+    pub gpu_usage_rows: u64,
+    /// Ended jobs old enough to go but kept: an active job depends on them or their workflow
+    /// is still active.
+    pub kept_back: u64,
+    /// Output files removed (`stdout`, `stderr` of jobs past `keep_outputs`, and whole job
+    /// directories of removed rows) and their bytes.
+    pub files: u64,
+    pub bytes: u64,
+    /// Ended workflows removed (all their tasks gone).
+    pub workflows: u64,
+    /// When retention next has something to remove (RFC 3339).
+    pub next_due: String,
 }
 
 /// `POST /v1/wait`: block until every named job has ended, or the timeout passes.

@@ -66,7 +66,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         let mut bytes = Vec::new();
         body.read_to_end(&mut bytes)?;
         print_json(&LogsJson {
-            id: id,
+            id,
             stream: if args.stderr { "stderr" } else { "stdout" },
             text: String::from_utf8_lossy(&bytes).into_owned(),
         });

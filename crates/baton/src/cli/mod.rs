@@ -9,7 +9,9 @@ mod cancel;
 mod completions;
 mod demo;
 mod events;
+mod gc;
 mod gpus;
+mod history;
 mod hold;
 mod info;
 mod logs;
@@ -51,8 +53,13 @@ pub enum Command {
     Serve(serve::Args),
     /// Queue a job: `baton submit --gpus 2 -- python train.py`. Prints the job id.
     Submit(Box<submit::Args>),
-    /// Show the queue (queued, running and recently ended jobs) or the named jobs.
+    /// Show the queue (queued, running and the last few ended jobs), the named jobs, or the
+    /// jobs the filters select (`--state failed --since 1d`).
     Status(status::Args),
+    /// One row per job: state, exit, wait, run time, GPUs, GPU efficiency (`--json`, `--csv`).
+    History(history::Args),
+    /// Apply retention now (`[retention]` in config.toml), or say what it would remove.
+    Gc(gc::Args),
     /// Block until the named jobs end, then print how each ended.
     Wait(wait::Args),
     /// Cancel queued or running jobs (SIGTERM to the job's process group, SIGKILL after a grace).
@@ -154,6 +161,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => demo::run(args),
         Command::Submit(args) => submit::run(*args, json),
         Command::Status(args) => status::run(args, json),
+        Command::History(args) => history::run(args, json),
+        Command::Gc(args) => gc::run(args, json),
         Command::Wait(args) => wait::run(args, json),
         Command::Cancel(args) => cancel::run(args, json),
         Command::Hold(args) => hold::run(args, true, json),

@@ -61,6 +61,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // Colour only for a person watching; daemon.log and journald get plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // Two malloc arenas, not glibc's eight per core: the blocking pool's threads (listings,
+    // reports) would each keep what they once used, and the daemon is meant to stay small.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
     let is_root = rustix::process::geteuid().is_root();
     if args.system && !is_root {
         return Err(UsageError(
@@ -150,6 +157,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         system: args.system,
         grace_ms: args.grace.or(settings.daemon.grace).unwrap_or(30_000),
         recent_ms: args.recent.or(settings.daemon.recent).unwrap_or(3_600_000),
+        recent_shown: settings.daemon.recent_shown.unwrap_or(10),
+        retention: settings.retention,
         waste: settings.waste,
         backend: settings.backend,
         containment,

@@ -12,6 +12,7 @@ mod host;
 mod monitor;
 mod outbox;
 mod place;
+mod retention;
 mod server;
 mod views;
 
@@ -52,6 +53,10 @@ pub struct Config {
     pub grace_ms: Millis,
     /// `status` without ids shows jobs that ended this recently.
     pub recent_ms: Millis,
+    /// ... and at most this many of them (`[daemon] recent_shown`).
+    pub recent_shown: usize,
+    /// How long ended jobs and their output files are kept (`[retention]`).
+    pub retention: crate::history::retention::Retention,
     /// The GPU monitor's interval and the waste rules (`[waste]` in config.toml).
     pub waste: baton_core::waste::WasteConfig,
     /// Where jobs run (`[backend]` in config.toml).
@@ -77,6 +82,8 @@ impl Config {
             system: false,
             grace_ms: 1_000,
             recent_ms: 3_600_000,
+            recent_shown: 10,
+            retention: Default::default(),
             waste: baton_core::waste::WasteConfig::default(),
             backend: Default::default(),
             containment: Method::Subreaper {
@@ -131,6 +138,13 @@ pub struct Daemon {
     pub(crate) tag: String,
     /// What `GET /metrics` serves.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Read-only connections for listings, history and stats: they never take the lock.
+    readers: crate::store::Readers,
+    /// Where retention stands (`retention.rs`).
+    retention: retention::State,
+    /// How many ended jobs the store holds (the default `status` view says how many it leaves
+    /// out): counted once at startup, then kept up as jobs end and retention removes them.
+    ended_jobs: std::sync::atomic::AtomicU64,
 }
 
 /// What the daemon's lock guards. The backends (`crate::executor`) work on it too.
@@ -180,11 +194,20 @@ impl Daemon {
         probe: Box<dyn GpuProbe>,
         exe: PathBuf,
     ) -> Result<Arc<Daemon>, StoreError> {
-        let recent_uses = store
-            .ended_since(now_ms() - USAGE_WINDOW_MS)?
-            .iter()
-            .filter_map(|j| use_of(j, j.ended_at()))
-            .collect();
+        // Streamed from the few columns it needs: reading a week of ended jobs whole (their
+        // environments) would leave the allocator holding their size for good.
+        let mut recent_uses = Vec::new();
+        store.each_held_since(now_ms() - USAGE_WINDOW_MS, |h| {
+            recent_uses.push(baton_core::fair_share::Use {
+                owner: h.owner_uid,
+                gpus: gpu_share(h.gpus_requested, h.gpu_mem),
+                start: h.started_at,
+                end: Some(h.ended_at),
+            })
+        })?;
+        recent_uses.shrink_to_fit();
+        let readers = crate::store::Readers::new(&config.home.join("baton.db"));
+        let ended_jobs = store.count_ended(&Default::default())?.into();
         let jobs = JobTable::load(store)?;
         let gpu_info = probe.gpus();
         let gpus = gpu_info
@@ -237,6 +260,9 @@ impl Daemon {
             uid,
             tag,
             metrics: Arc::new(crate::metrics::Metrics::new()),
+            readers,
+            retention: Default::default(),
+            ended_jobs,
         }))
     }
 
@@ -247,6 +273,31 @@ impl Daemon {
 
     pub(crate) fn files(&self, id: JobId) -> JobFiles {
         JobFiles::new(crate::paths::job_dir(&self.config.home, id.0))
+    }
+
+    /// Runs `f` on one of the read-only connections, on the blocking pool: a listing neither
+    /// takes the daemon's lock nor holds up an async worker.
+    pub(crate) async fn read<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let me = self.clone();
+        self.tasks
+            .spawn_blocking(move || me.readers.with(f))
+            .await
+            .map_err(|e| ApiError::Internal(format!("a read failed: {e}")))?
+            .map_err(ApiError::from)
+    }
+
+    /// Runs `f` on the blocking pool (a listing's read, its JSON): off the async workers.
+    pub(crate) async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.tasks
+            .spawn_blocking(f)
+            .await
+            .map_err(|e| ApiError::Internal(format!("a listing failed: {e}")))?
     }
 
     pub(crate) fn notify_changed(&self) {
@@ -272,6 +323,7 @@ impl Daemon {
         }
         tasks.spawn(Drained, self.clone().lease_loop());
         tasks.spawn(Drained, self.clone().durable_loop());
+        tasks.spawn(Stop, self.clone().retention_loop());
         if let Some(follow) = self.backend.follow(self.clone()) {
             tasks.spawn(Drained, follow);
         }
@@ -448,6 +500,8 @@ impl Daemon {
             inner.recent_uses.push(u);
         }
         inner.reports_pending.insert(id);
+        self.ended_jobs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _ = self.ended.send(id);
         if let Some(w) = job.workflow_id {
             self.workflow_task_ended(inner, w, id, at);
@@ -576,21 +630,6 @@ impl Daemon {
                 }
                 Err(e) => tracing::error!(workflow = w, "cannot release expired reservations: {e}"),
             }
-        }
-    }
-
-    /// When each queued job should start at the latest, by the running jobs' time limits (for
-    /// `baton status`; the first 500 queued jobs).
-    fn predicted_starts(&self, inner: &Inner) -> HashMap<JobId, Option<Millis>> {
-        match scheduling_input(inner, &self.gpus) {
-            Ok((running, pending, _)) => baton_core::scheduler::predicted_starts(
-                &self.machine,
-                &running,
-                &pending,
-                now_ms(),
-                500,
-            ),
-            Err(_) => HashMap::new(),
         }
     }
 
@@ -736,17 +775,21 @@ struct Queued {
 /// from its start to `end` (`None`: still running).
 fn use_of(job: &JobRecord, end: Option<Millis>) -> Option<baton_core::fair_share::Use> {
     let start = job.started_at()?;
-    let gpus = match job.request.mem_per_gpu {
-        None => job.request.count as f64,
-        // A memory-sized job counts the part of an 80 GiB GPU it asked for.
-        Some(mem) => job.request.count as f64 * (mem as f64 / (80u64 << 30) as f64).min(1.0),
-    };
     Some(baton_core::fair_share::Use {
         owner: job.owner_uid,
-        gpus,
+        gpus: gpu_share(job.request.count, job.request.mem_per_gpu),
         start,
         end,
     })
+}
+
+/// The GPUs a request holds for fair share: a memory-sized job counts the part of an 80 GiB
+/// GPU it asked for.
+fn gpu_share(count: u32, mem_per_gpu: Option<u64>) -> f64 {
+    match mem_per_gpu {
+        None => count as f64,
+        Some(mem) => count as f64 * (mem as f64 / (80u64 << 30) as f64).min(1.0),
+    }
 }
 
 #[cfg(test)]

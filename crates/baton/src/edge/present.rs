@@ -54,11 +54,7 @@ pub fn time_column(job: &JobView) -> String {
 
 /// What the job asked for: `2`, `1x8GiB`, or `-` for none.
 pub fn requested_column(job: &JobView) -> String {
-    match (job.gpus_requested, job.gpu_mem) {
-        (0, _) => "-".into(),
-        (n, Some(mem)) => format!("{n}x{}", format_size(mem)),
-        (n, None) => format!("{n}"),
-    }
+    gpus_asked(job.gpus_requested, job.gpu_mem)
 }
 
 /// The GPUs it runs (or last ran) on, by index: `0,1`, or `-`.
@@ -113,6 +109,95 @@ pub fn job_table(jobs: &[JobView]) -> String {
         })
         .collect();
     table(&header, &rows)
+}
+
+/// `baton history`: one row per job.
+pub fn history_table(rows: &[crate::api::HistoryView]) -> String {
+    let header = [
+        "ID", "NAME", "STATE", "EXIT", "WAIT", "RAN", "GPUS", "GPU EFF",
+    ];
+    let rows: Vec<[String; 8]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.id.to_string(),
+                clip(&r.name, 24),
+                r.state.to_string(),
+                exit_column(r.exit_code, r.signal),
+                format_duration(r.wait_ms),
+                r.run_ms.map_or_else(|| "-".into(), format_duration),
+                gpus_asked(r.gpus_requested, r.gpu_mem),
+                r.gpu_util_pct
+                    .map_or_else(|| "-".into(), |u| format!("{u:.1}%")),
+            ]
+        })
+        .collect();
+    table(&header, &rows)
+}
+
+/// `baton history --csv`: a header line, then one line per job; times in RFC 3339, durations
+/// in seconds.
+pub fn history_csv(rows: &[crate::api::HistoryView]) -> String {
+    let mut out = String::from(
+        "id,name,state,exit_code,signal,owner,submitted_at,started_at,ended_at,wait_s,run_s,\
+         gpus_requested,gpu_mem,gpus,gpu_util_pct\n",
+    );
+    let opt = |v: Option<String>| v.unwrap_or_default();
+    for r in rows {
+        let cells = [
+            r.id.to_string(),
+            csv_cell(&r.name),
+            r.state.to_string(),
+            opt(r.exit_code.map(|c| c.to_string())),
+            opt(r.signal.map(|s| s.to_string())),
+            csv_cell(&r.owner),
+            r.submitted_at.clone(),
+            opt(r.started_at.clone()),
+            opt(r.ended_at.clone()),
+            format!("{:.3}", r.wait_ms as f64 / 1000.0),
+            opt(r.run_ms.map(|ms| format!("{:.3}", ms as f64 / 1000.0))),
+            r.gpus_requested.to_string(),
+            opt(r.gpu_mem.map(|m| m.to_string())),
+            csv_cell(
+                &r.gpus
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            opt(r.gpu_util_pct.map(|u| format!("{u:.1}"))),
+        ];
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// A CSV field, quoted when it holds a comma, a quote or a line break (RFC 4180).
+fn csv_cell(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+/// The EXIT column: the exit code, the signal that ended it, or `-`.
+fn exit_column(code: Option<i32>, signal: Option<i32>) -> String {
+    match (code, signal) {
+        (Some(c), _) => c.to_string(),
+        (None, Some(s)) => format!("sig {s}"),
+        (None, None) => "-".into(),
+    }
+}
+
+/// What a job asked for: `2`, `1x8GiB`, or `-` for none.
+fn gpus_asked(count: u32, mem: Option<u64>) -> String {
+    match (count, mem) {
+        (0, _) => "-".into(),
+        (n, Some(mem)) => format!("{n}x{}", format_size(mem)),
+        (n, None) => format!("{n}"),
+    }
 }
 
 /// The reason, and for a queued job the latest predicted start when there is one.
@@ -281,6 +366,28 @@ pub fn no_jobs(all: bool, mine: bool) -> &'static str {
              older ones"
         }
     }
+}
+
+/// The line under the default `status` table: the ended jobs it leaves out.
+pub fn more_ended(n: u64) -> String {
+    let noun = if n == 1 { "job" } else { "jobs" };
+    format!(
+        "… and {} more ended {noun}: `baton history`, or `baton status --all`",
+        thousands(n)
+    )
+}
+
+/// `1234567` as `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Whether a job has ended, whichever way.

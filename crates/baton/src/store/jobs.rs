@@ -233,6 +233,63 @@ fn request_text(r: &ResourceRequest) -> String {
 pub struct Committed(Life);
 
 impl JobRecord {
+    /// A copy without the environment (which is often most of a record), for listings.
+    pub fn listed(&self) -> JobRecord {
+        // Every field, named, so that a new one cannot be left out unnoticed.
+        let JobRecord {
+            id,
+            name,
+            command,
+            cwd,
+            env: _,
+            owner_uid,
+            owner,
+            priority,
+            request,
+            time_limit,
+            retries,
+            deps,
+            tags,
+            submitted_at,
+            workflow_id,
+            umask,
+            notify,
+            session,
+            task,
+            critical_path,
+            colocate,
+            begin_at,
+            stdin,
+            life,
+        } = self;
+        JobRecord {
+            id: *id,
+            name: name.clone(),
+            command: command.clone(),
+            cwd: cwd.clone(),
+            env: BTreeMap::new(),
+            owner_uid: *owner_uid,
+            owner: owner.clone(),
+            priority: *priority,
+            request: *request,
+            time_limit: *time_limit,
+            retries: *retries,
+            deps: deps.clone(),
+            tags: tags.clone(),
+            submitted_at: *submitted_at,
+            workflow_id: *workflow_id,
+            umask: *umask,
+            notify: notify.clone(),
+            session: session.clone(),
+            task: task.clone(),
+            critical_path: *critical_path,
+            colocate: colocate.clone(),
+            begin_at: *begin_at,
+            stdin: stdin.clone(),
+            life: life.clone(),
+        }
+    }
+
     /// Takes the life the store committed for this job.
     pub fn take(&mut self, committed: Committed) {
         self.life = committed.0;
@@ -548,21 +605,40 @@ impl Store {
         Ok(out)
     }
 
+    /// The jobs `where_clause` selects, as [`select`](Self::select) but without their
+    /// environment (left empty): what listings show, at a fraction of the memory and time (an
+    /// environment is often most of a row).
+    pub(super) fn select_listed(
+        &self,
+        where_clause: &str,
+        args: impl rusqlite::Params,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let list = JobColumns::LIST.replacen(", env,", ", '{}' AS env,", 1);
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("SELECT {list} FROM jobs {where_clause}"))?;
+        let cols = JobColumns::of(&stmt)?;
+        let rows = stmt.query_map(args, |r| read_row(r, &cols))?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row??);
+        }
+        Ok(out)
+    }
+
     /// Queued and running jobs.
     pub fn active(&self) -> Result<Vec<JobRecord>, StoreError> {
         self.select("WHERE state IN ('queued', 'running') ORDER BY id", [])
     }
 
-    /// Jobs that ended at or after `since`, newest last.
+    /// Jobs that ended at or after `since`, newest last (read whole: listings page through
+    /// `history.rs` instead).
+    #[cfg(test)]
     pub fn ended_since(&self, since: Millis) -> Result<Vec<JobRecord>, StoreError> {
         self.select(
             "WHERE state NOT IN ('queued', 'running') AND ended_at >= ?1 ORDER BY id",
             [since],
         )
-    }
-
-    pub fn all(&self) -> Result<Vec<JobRecord>, StoreError> {
-        self.select("ORDER BY id", [])
     }
 
     /// The highest id ever handed out (0 when none).
@@ -798,26 +874,6 @@ impl Store {
             .query_row(params![owner_uid, request_id], |r| r.get::<_, i64>("id"))
             .optional()?
             .map(|id| JobId(id as u64)))
-    }
-
-    /// Jobs of `session` (or, for `None`, jobs submitted outside any agent session) that are
-    /// active or ended at or after `since`.
-    pub fn by_session(
-        &self,
-        session: Option<&str>,
-        since: Millis,
-    ) -> Result<Vec<JobRecord>, StoreError> {
-        let recent = "(state IN ('queued', 'running') OR ended_at >= ?1)";
-        match session {
-            Some(s) => self.select(
-                &format!("WHERE session = ?2 AND {recent} ORDER BY id"),
-                params![since, s],
-            ),
-            None => self.select(
-                &format!("WHERE session IS NULL AND {recent} ORDER BY id"),
-                params![since],
-            ),
-        }
     }
 
     /// Run times (ms) of the last successful runs of the same task of a workflow of the same

@@ -1,6 +1,7 @@
 //! Durable state in SQLite (WAL), one file per table: `jobs`, `workflows`, `deliveries` (the
 //! outbox and its wake chains), `events` (the append-only log) and `monitor` (GPU samples and
-//! the audit log); `schema` holds the migrations. Every state change the daemon makes is
+//! the audit log); `schema` holds the migrations, `history` the paged listings, their
+//! read-only connections and what retention deletes. Every state change the daemon makes is
 //! committed here before it is acted on, so a crash at any point leaves a record the next daemon
 //! can recover from. This file owns the connection (`Store`), the error type, and the helpers
 //! the tables share: JSON columns and reading columns by name.
@@ -48,6 +49,7 @@ macro_rules! columns {
 
 mod deliveries;
 mod events;
+mod history;
 mod jobs;
 mod monitor;
 mod names;
@@ -59,6 +61,7 @@ pub(crate) use deliveries::{insert_deliveries, supersede_deliveries};
 // No caller names `Event` today (they take it from `events()`), but it stays where it was.
 #[allow(unused_imports)]
 pub use events::Event;
+pub use history::{HeldRow, Readers, Removed};
 pub use jobs::{JobRecord, NewJob, SpecChange, default_name};
 pub use monitor::{AuditEntry, GpuMinuteSample, JobGpuSample, JobGpuUsage};
 pub use names::{NamedJob, is_glob};

@@ -4,7 +4,9 @@
 mod audit;
 mod cancel;
 mod events;
+mod gc;
 mod gpus;
+mod history;
 mod hold;
 mod hook;
 mod info;
@@ -39,6 +41,8 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
     let v1 = Router::new()
         .route("/info", get(info::handle))
         .route("/jobs", post(submit::handle).get(list::handle))
+        .route("/history", get(history::handle))
+        .route("/gc", get(gc::dry_run).post(gc::now))
         .route("/jobs/{id}/logs", get(logs::handle))
         .route("/jobs/{id}/events", get(events::handle))
         .route("/jobs/{id}/report", get(report::handle))
