@@ -404,17 +404,26 @@ pub fn job_queued(job: &JobView, standing: &str) -> String {
 /// Where a job just submitted stands, in full, for a person at a terminal: whether it starts
 /// now, what it waits for, and when it is predicted to start.
 pub fn standing(job: &JobView) -> String {
+    if job.held_by.is_some() {
+        return format!("it is held: it starts only after `baton release {}`", job.id);
+    }
+    if let Some(at) = job.begin_at.as_deref().filter(|at| !starts_now(at)) {
+        return format!("it starts no earlier than {at} (--begin)");
+    }
     match (job.queue_position, &job.predicted_start) {
         (Some(0), Some(at)) if starts_now(at) => "it starts now".to_string(),
         (Some(0), Some(at)) => format!(
             "it is next in line; predicted start {at} at the latest, when running jobs reach \
              their time limits"
         ),
-        (Some(0), None) if !job.after.is_empty() || !job.after_any.is_empty() => {
+        (Some(0), None)
+            if !job.after.is_empty() || !job.after_any.is_empty() || !job.after_failed.is_empty() =>
+        {
             let deps: Vec<String> = job
                 .after
                 .iter()
                 .chain(&job.after_any)
+                .chain(&job.after_failed)
                 .map(u64::to_string)
                 .collect();
             format!("it starts once job {} has ended", deps.join(", "))
@@ -436,6 +445,9 @@ pub fn standing(job: &JobView) -> String {
 /// The same in a few words, for an agent's tool result (the job object beside it has the
 /// rest): nothing at all under Slurm, whose queue decides.
 pub fn standing_brief(job: &JobView) -> String {
+    if job.held_by.is_some() {
+        return "held".to_string();
+    }
     match job.queue_position {
         Some(0) => "next in line".to_string(),
         Some(n) => format!("{n} queued ahead"),

@@ -191,7 +191,7 @@ pub(super) fn queue_outlook(
             .get(d.job)
             .is_some_and(|dep| !dep.state().is_terminal())
     });
-    if ahead > 0 || waits_on_deps {
+    if ahead > 0 || waits_on_deps || job.held_by().is_some() {
         return (ahead, None);
     }
     let running: Vec<baton_core::RunningJob> = inner
@@ -213,13 +213,16 @@ pub(super) fn queue_outlook(
     for r in &running {
         held.occupy(&r.gpus, &r.request);
     }
+    // Not before its `--begin`.
+    let not_before = job.begin_at.map_or(now, |t| t.max(now));
     let fits_now = held.choose(&job.request).is_some();
     if fits_now {
-        return (0, Some(now));
+        return (0, Some(not_before));
     }
     (
         0,
-        baton_core::earliest_start(&daemon.machine, &running, &job.request).map(|t| t.max(now)),
+        baton_core::earliest_start(&daemon.machine, &running, &job.request)
+            .map(|t| t.max(not_before)),
     )
 }
 
