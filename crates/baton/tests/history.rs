@@ -137,8 +137,14 @@ fn every_status_filter_selects_its_jobs() {
 #[test]
 fn the_default_view_is_bounded_and_says_how_many_more_ended() {
     let b = with_config(1, "[daemon]\nrecent_shown = 2\n");
-    let ended: Vec<u64> = (0..5).map(|_| b.submit(&["--", "true"])).collect();
-    b.wait_ok(&ended);
+    // One after another, so that the last two to end are the last two submitted.
+    let ended: Vec<u64> = (0..5)
+        .map(|_| {
+            let id = b.submit(&["--", "true"]);
+            b.wait_ok(&[id]);
+            id
+        })
+        .collect();
     let running = b.submit_sh(&["--gpus", "1"], &wait_for_file("go"));
     let queued = b.submit(&["--gpus", "1", "--", "true"]);
     b.wait_running(running);
@@ -163,6 +169,15 @@ fn the_default_view_is_bounded_and_says_how_many_more_ended() {
     assert_eq!(listed(&b, &["--all"]).len(), 7);
     b.touch("go");
     b.wait_ok(&[running, queued]);
+    // A job put back in the queue is active again, not one more ended job left out.
+    let failed = b.submit(&["--", "false"]);
+    assert_eq!(b.wait(&[failed], "30s").code, 1);
+    let (head, _) = get(&b, "/v1/jobs");
+    assert!(head.contains("baton-more-ended: 6"), "{head}");
+    b.run(&["requeue", &failed.to_string()]).expect(0);
+    assert_eq!(b.wait(&[failed], "30s").code, 1);
+    let (head, _) = get(&b, "/v1/jobs");
+    assert!(head.contains("baton-more-ended: 6"), "{head}");
 }
 
 #[test]

@@ -300,6 +300,14 @@ impl Daemon {
             .map_err(|e| ApiError::Internal(format!("a listing failed: {e}")))?
     }
 
+    /// An ended job is active again (requeued): one ended job fewer in the store.
+    pub(crate) fn reopened(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let _ = self
+            .ended_jobs
+            .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
+    }
+
     pub(crate) fn notify_changed(&self) {
         self.changed.send_modify(|n| *n += 1);
     }

@@ -68,6 +68,7 @@ pub async fn handle(
         for id in requeue {
             daemon.forget_report(id);
             let job = inner.jobs.requeue(id, &by, now)?;
+            daemon.reopened();
             tracing::info!(job = id.0, attempt = job.attempt(), by = %by, "requeued");
         }
     }
