@@ -13,7 +13,17 @@ fn events(b: &Baton, id: u64) -> String {
 #[test]
 fn a_held_job_waits_until_released_and_says_so() {
     let b = Baton::start(1);
-    let held = b.submit(&["--hold", "--name", "later", "--", "true"]);
+    let out = b
+        .run(&["submit", "--hold", "--name", "later", "--", "true"])
+        .expect(0);
+    let held: u64 = out.stdout.trim().parse().unwrap();
+    // Never "it starts now" for a job that will not.
+    assert!(
+        out.stderr.contains(&format!(
+            "it is held: it starts only after `baton release {held}`"
+        )),
+        "{out:?}"
+    );
     let job = b.job(held);
     assert_eq!(job["state"], "queued", "{job:#}");
     assert!(job["held_by"].is_string(), "{job:#}");
@@ -219,7 +229,11 @@ fn begin_holds_a_job_until_its_time() {
         assert!(out.stderr.contains("now+DURATION"), "{bad}: {out:?}");
     }
     // A clock time: queued now, for later (today or tomorrow), with a begin time in the future.
-    let later = b.submit(&["--begin", "23:59:59", "--", "true"]);
+    let out = b
+        .run(&["submit", "--begin", "23:59:59", "--", "true"])
+        .expect(0);
+    let later: u64 = out.stdout.trim().parse().unwrap();
+    assert!(out.stderr.contains("it starts no earlier than"), "{out:?}");
     let reason = b.wait_reason(later);
     assert!(reason.starts_with("begin:"), "{reason}");
     b.run(&["cancel", &later.to_string()]).expect(0);

@@ -405,7 +405,10 @@ pub fn job_queued(job: &JobView, standing: &str) -> String {
 /// now, what it waits for, and when it is predicted to start.
 pub fn standing(job: &JobView) -> String {
     if job.held_by.is_some() {
-        return format!("it is held: it starts only after `baton release {}`", job.id);
+        return format!(
+            "it is held: it starts only after `baton release {}`",
+            job.id
+        );
     }
     if let Some(at) = job.begin_at.as_deref().filter(|at| !starts_now(at)) {
         return format!("it starts no earlier than {at} (--begin)");
@@ -417,7 +420,9 @@ pub fn standing(job: &JobView) -> String {
              their time limits"
         ),
         (Some(0), None)
-            if !job.after.is_empty() || !job.after_any.is_empty() || !job.after_failed.is_empty() =>
+            if !job.after.is_empty()
+                || !job.after_any.is_empty()
+                || !job.after_failed.is_empty() =>
         {
             let deps: Vec<String> = job
                 .after
