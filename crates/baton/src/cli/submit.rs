@@ -100,11 +100,10 @@ fn after(refs: &[String]) -> anyhow::Result<Vec<u64>> {
     if refs.is_empty() {
         return Ok(Vec::new());
     }
-    Ok(crate::edge::resolve::job_ids(
-        &client(),
-        refs,
-        crate::edge::resolve::Takes::Many,
-    )?)
+    // A submission starts the daemon when none runs; so does looking up what it runs after.
+    Ok(crate::edge::connect::or_start_daemon(&client(), |c| {
+        crate::edge::resolve::job_ids(c, refs, crate::edge::resolve::Takes::Many)
+    })?)
 }
 
 fn parse_env(text: &str) -> Result<(String, String), String> {
