@@ -118,6 +118,42 @@ mod tests {
     }
 
     #[test]
+    fn a_cgroup_with_the_controllers_gets_the_limits() {
+        // The files a cgroup with the memory and cpu controllers has.
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["memory.max", "memory.swap.max", "cpu.max"] {
+            fs::write(dir.path().join(f), "max").unwrap();
+        }
+        let enforced = apply(dir.path(), 3, Some(8 << 30));
+        assert_eq!(
+            enforced,
+            Enforced {
+                memory: true,
+                cpu: true
+            }
+        );
+        let read = |f: &str| fs::read_to_string(dir.path().join(f)).unwrap();
+        assert_eq!(read("memory.max"), (8u64 << 30).to_string());
+        assert_eq!(read("memory.swap.max"), "0");
+        assert_eq!(read("cpu.max"), "300000 100000");
+        // No --mem: memory is left alone, cores still capped.
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("memory.max"), "max").unwrap();
+        fs::write(dir.path().join("cpu.max"), "max").unwrap();
+        assert_eq!(
+            apply(dir.path(), 1, None),
+            Enforced {
+                memory: false,
+                cpu: true
+            }
+        );
+        assert_eq!(
+            fs::read_to_string(dir.path().join("memory.max")).unwrap(),
+            "max"
+        );
+    }
+
+    #[test]
     fn a_cgroup_without_an_oom_kill_says_so() {
         let dir = tempfile::tempdir().unwrap();
         assert!(!oom_killed_in(dir.path()));
