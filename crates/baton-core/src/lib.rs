@@ -16,6 +16,7 @@ pub mod report;
 pub mod scheduler;
 pub mod signal;
 pub mod sim;
+pub mod sweep;
 pub mod units;
 pub mod waste;
 pub mod workflow;
