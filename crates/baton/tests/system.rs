@@ -118,6 +118,11 @@ fn shared_daemon(tag: &str, config: &str) -> Option<Shared> {
     let bin = bin_dir.join("baton");
     std::fs::copy(common::BIN, &bin).unwrap();
     chmod(&bin, 0o755);
+    // Runnable once no child forked during the copy still holds it open for writing (ETXTBSY);
+    // `runuser` execs it later and could not retry.
+    let mut version = Command::new(&bin);
+    version.arg("--version").stdout(std::process::Stdio::null());
+    let _ = common::spawn_retrying(&mut version).wait();
     b.bin = bin;
     let socket: PathBuf = b.root.join("sock").join("baton.sock");
     b.socket = Some(socket.clone());

@@ -168,7 +168,7 @@ impl Baton {
         if self.detect_resources {
             cmd.env_remove("BATON_MACHINE_CPUS");
         }
-        let mut child = cmd.spawn().expect("start baton serve");
+        let mut child = spawn_retrying(&mut cmd);
         let until = Instant::now() + DEADLINE;
         loop {
             if let Some(status) = child.try_wait().unwrap() {
@@ -534,4 +534,22 @@ pub fn millis(v: &Value) -> i64 {
     let text = v.as_str().unwrap_or_else(|| panic!("not a timestamp: {v}"));
     let t = humantime::parse_rfc3339(text).unwrap_or_else(|e| panic!("{text}: {e}"));
     t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// Spawns `cmd`, again while the kernel says its binary is busy (ETXTBSY): a test that just
+/// copied the binary (system mode runs a copy) may still have a writable descriptor of it in a
+/// child another test forked meanwhile, until that child execs.
+pub fn spawn_retrying(cmd: &mut Command) -> Child {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        match cmd.spawn() {
+            Ok(child) => return child,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ExecutableFileBusy && Instant::now() < until =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("start {:?}: {e}", cmd.get_program()),
+        }
+    }
 }
