@@ -15,6 +15,7 @@ mod history;
 mod hold;
 mod info;
 mod logs;
+mod overrides;
 mod report;
 mod requeue;
 mod resubmit;

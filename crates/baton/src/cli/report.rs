@@ -9,7 +9,6 @@ use crate::edge::present;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The job.
     /// The job: its id, or its name (your newest job of that name).
     #[arg(value_name = "ID|NAME")]
     job: String,

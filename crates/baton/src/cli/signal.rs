@@ -10,8 +10,7 @@ use crate::edge::connect::client;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The running job.
-    /// The job: its id, or its name (your newest job of that name).
+    /// The running job: its id, or its name (your newest job of that name).
     #[arg(value_name = "ID|NAME")]
     job: String,
     /// The signal: a name with or without SIG (TERM, SIGUSR1, HUP, INT, KILL, STOP, CONT,
