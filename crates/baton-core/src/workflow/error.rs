@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{MAX_FILE_BYTES, MAX_TASKS, locate};
 use crate::input::InputError;
+use crate::sweep::SweepError;
 use crate::units::{UnitError, format_size};
 
 /// A 1-based position in the workflow file.
@@ -58,6 +59,18 @@ pub enum WorkflowError {
          workflow: split it into several workflows"
     )]
     TooManyTasks { count: usize, at: Location },
+    /// More tasks than [`MAX_TASKS`] once the matrices are expanded; `at` is the `matrix:` key
+    /// of the largest matrix, the one to shrink or move to a workflow of its own.
+    #[error(
+        "{at}: task {task}: matrix: its {combinations} combinations make the workflow {total} \
+         tasks; at most {MAX_TASKS} are allowed in one workflow: split it into several workflows"
+    )]
+    MatrixTooLarge {
+        task: String,
+        combinations: u64,
+        total: u64,
+        at: Location,
+    },
     #[error("{at}: task {name:?}: {problem}")]
     BadTaskName {
         name: String,
@@ -68,6 +81,18 @@ pub enum WorkflowError {
     DuplicateTask {
         name: String,
         first_line: usize,
+        at: Location,
+    },
+    /// A written task whose name one of a matrix task's expansions would have.
+    #[error(
+        "{at}: task {name}: the name is taken: matrix task {matrix} (line {matrix_line}) makes \
+         tasks {matrix}.0 to {matrix}.{last}; rename one of them"
+    )]
+    MatrixNameTaken {
+        name: String,
+        matrix: String,
+        matrix_line: usize,
+        last: u64,
         at: Location,
     },
     #[error("{at}: task {task}: missing `command` (a list of strings, or a string run by `sh -c`)")]
@@ -93,6 +118,14 @@ pub enum WorkflowError {
         task: String,
         field: &'static str,
         error: InputError,
+        at: Location,
+    },
+    /// A matrix task's command with a `{name}` that is none of its parameters, or a `{` never
+    /// closed ([`crate::sweep::fill`]'s errors).
+    #[error("{at}: task {task}: {error}")]
+    Placeholder {
+        task: String,
+        error: SweepError,
         at: Location,
     },
     #[error("{at}: task {task}: after: no task named {dep:?} (tasks: {})", list_names(.known))]
@@ -130,6 +163,9 @@ impl WorkflowError {
             | BadName { at }
             | NoTasks { at }
             | TooManyTasks { at, .. }
+            | MatrixTooLarge { at, .. }
+            | MatrixNameTaken { at, .. }
+            | Placeholder { at, .. }
             | BadInput { at, .. }
             | BadTaskName { at, .. }
             | DuplicateTask { at, .. }

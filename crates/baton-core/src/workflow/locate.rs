@@ -80,6 +80,44 @@ pub(crate) fn repeated_key(text: &str, mapping: Location, key: &str) -> Option<L
     None
 }
 
+/// Where `key` is written among the fields of the task whose name is at `task`: the line of a
+/// block mapping's key, or else, for a flow mapping (`train: {command: x, matrix: {...}}`), the
+/// key inside the task's lines. `None` when neither is found.
+pub(crate) fn task_field(text: &str, task: Location, key: &str) -> Option<Location> {
+    let task_indent = task.column.checked_sub(1)?;
+    let mut lines = text.lines().enumerate().skip(task.line.checked_sub(1)?);
+    let mut block = vec![lines.next()?];
+    for (index, line) in lines {
+        let body = line.trim_start_matches(' ');
+        if body.is_empty() || body.starts_with('#') {
+            continue;
+        }
+        if indentation(line) <= task_indent {
+            break; // the next task, or the next top-level key
+        }
+        block.push((index, line));
+    }
+    if let Some(&(_, first)) = block.get(1) {
+        let field_indent = indentation(first);
+        let found = block[1..].iter().find(|(_, line)| {
+            indentation(line) == field_indent && key_of(line).as_deref() == Some(key)
+        });
+        if let Some(&(index, _)) = found {
+            return Some(at(index, field_indent));
+        }
+    }
+    let written = format!("{key}:");
+    block.iter().find_map(|&(index, line)| {
+        let (start, _) = line.match_indices(&written).find(|&(start, _)| {
+            !line[..start].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        })?;
+        Some(Location {
+            line: index + 1,
+            column: line[..start].chars().count() + 1,
+        })
+    })
+}
+
 fn at(line_index: usize, indent: usize) -> Location {
     Location {
         line: line_index + 1,
@@ -188,6 +226,34 @@ atomic: true
             repeated_key(flow, Location { line: 2, column: 8 }, "a"),
             None
         );
+    }
+
+    #[test]
+    fn finds_a_tasks_field() {
+        let text = "\
+name: x
+tasks:
+  a:
+    command: [x]
+    # matrix: not this
+    env:
+      matrix: not this either
+    matrix:
+      seed: [1]
+  b: {command: [y], matrix: {seed: [1]}}
+  c:
+    command: [z]
+";
+        let field = |line, column| task_field(text, Location { line, column }, "matrix");
+        assert_eq!(field(3, 3), Some(Location { line: 8, column: 5 }));
+        assert_eq!(
+            field(10, 3),
+            Some(Location {
+                line: 10,
+                column: 21
+            })
+        );
+        assert_eq!(field(11, 3), None);
     }
 
     #[test]

@@ -7,12 +7,26 @@
 //! workflow, and the dependencies have no cycle. Whether the machine can run each task is not
 //! decided here; the daemon checks that with [`crate::admission::check`].
 //!
+//! A task with `matrix:` (a mapping from parameter names to lists of values) is expanded into
+//! one task per combination, the last parameter varying fastest: combination `i` of task
+//! `train` is the task `train.i`, numbered from 0, whose command has each `{name}` filled with
+//! its value ([`crate::sweep::fill`]; `{{` and `}}` are literal braces) and whose
+//! [`TaskSpec::params`] and [`TaskSpec::matrix_of`] say which combination of which task it is.
+//! Values are their text as written (`1e-4` stays `1e-4`). `after: [train]` and
+//! `colocate_with: [train]` mean all of train's tasks; a matrix task's own `after` and
+//! `colocate_with` apply to each of its tasks; references name tasks as written, never one
+//! expansion. The spec holds only the expanded tasks, so everything that reads it (the graph,
+//! the critical path, the daemon) sees plain tasks. A task without `matrix:` keeps its command
+//! exactly as written, braces included.
+//!
 //! The submodules: `raw` (the file's serde shape), `locate` (finding a key's line in the text),
-//! `error`, `dag` (graph algorithms on plain data) and `predict` (run-time estimates).
+//! `error`, `matrix` (expanding matrix tasks), `dag` (graph algorithms on plain data) and
+//! `predict` (run-time estimates).
 
 mod dag;
 mod error;
 mod locate;
+mod matrix;
 mod predict;
 mod raw;
 mod summary;
@@ -20,12 +34,14 @@ mod summary;
 #[cfg(test)]
 mod tests;
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
 use crate::input::{self, InputError};
 use crate::model::{Millis, ResourceRequest};
+use crate::sweep::Params;
 use crate::units::{parse_duration, parse_size};
 
 pub use dag::{CriticalPath, Cycle, Dag, TaskNode};
@@ -33,9 +49,10 @@ pub use error::{Location, WorkflowError};
 pub use predict::{HISTORY_WINDOW, MIN_PREDICTION_MS, PERCENTILE, SAFETY_TENTHS, predict_ms};
 pub use summary::{TaskLine, summary};
 
-use raw::{RawCommand, RawTask, RawWorkflow};
+use raw::{RawCommand, RawMatrix, RawTask, RawWorkflow};
 
 /// Task names become parts of job names, paths and log lines, so they are kept short and plain.
+/// The names a matrix task's expansions get (`train.0`, ...) obey it too.
 pub const MAX_TASK_NAME_LEN: usize = 64;
 
 /// The largest workflow file accepted: far above any written by hand (a thousand tasks fit in
@@ -45,7 +62,8 @@ pub const MAX_FILE_BYTES: usize = 1 << 20;
 
 /// The most tasks one workflow may have. Each task is a job, queued in one transaction and
 /// looked at by every scheduling pass; a generated file of ten thousand tasks is more likely a
-/// mistake than a plan, and a larger sweep can be several workflows.
+/// mistake than a plan, and a larger sweep can be several workflows. Counted after matrices
+/// are expanded: each combination is a task.
 pub const MAX_TASKS: usize = 1000;
 
 /// A parsed, checked workflow.
@@ -56,15 +74,17 @@ pub struct WorkflowSpec {
     pub atomic: bool,
     /// The default priority of its tasks; `None` leaves the daemon's default.
     pub priority: Option<i64>,
-    /// In the order written.
+    /// In the order written, a matrix task's expansions in its place in combination order.
     pub tasks: Vec<TaskSpec>,
 }
 
 /// One task of a workflow, normalised: defaults filled in, units parsed, the command expanded.
+/// One combination of a matrix task is a task of its own, named `<task>.<i>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskSpec {
     pub name: String,
-    /// The argv to run. A string in the file becomes `["sh", "-c", string]`.
+    /// The argv to run. A string in the file becomes `["sh", "-c", string]`. For a matrix
+    /// task's expansion, with its `{name}` placeholders filled from [`TaskSpec::params`].
     pub command: Vec<String>,
     /// `gpus` whole GPUs; with `gpu_mem`, that much memory on each of `gpus` shared GPUs (one
     /// when `gpus` is not given), as `baton submit` reads `--gpus` and `--gpu-mem`.
@@ -76,17 +96,29 @@ pub struct TaskSpec {
     #[serde(default)]
     pub mem: Option<u64>,
     pub time_limit: Option<Millis>,
-    /// Names of the tasks this one runs after, repeats removed.
+    /// Names of the tasks this one runs after, repeats removed; a matrix task named in the file
+    /// is here as all of its expansions.
     pub after: Vec<String>,
     pub retries: u32,
     pub env: BTreeMap<String, String>,
     pub cwd: Option<String>,
     pub priority: Option<i64>,
-    /// Names of tasks to place on the same node as this one.
+    /// Names of tasks to place on the same node as this one (matrix tasks expanded, as in
+    /// `after`).
     pub colocate_with: Vec<String>,
-    /// Where the task's name is written in the file (1-based), for messages about it later.
+    /// Where the task's name is written in the file (1-based), for messages about it later. For
+    /// a matrix task's expansions, where the matrix task's name is.
     pub line: usize,
     pub column: usize,
+    /// The combination of a matrix task's expansion, in the order its parameters are written
+    /// (for `BATON_PARAM_<NAME>`, [`crate::sweep::param_env`], and for showing); empty for a
+    /// task without a matrix.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Params,
+    /// The name of the matrix task this one is an expansion of (`train` for `train.3`); `None`
+    /// for a task without a matrix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matrix_of: Option<String>,
 }
 
 impl TaskSpec {
@@ -174,9 +206,11 @@ impl WorkflowSpec {
 }
 
 /// Parses and checks a workflow file's text. The first problem found is returned; the checks
-/// run in the order of the file's structure (its size, the YAML itself, the workflow's keys and
-/// its number of tasks, each task's name, each task's own fields, then the references between
-/// tasks and their cycles), so the same file always gets the same message.
+/// run in the order of the file's structure (its size, the YAML itself, including each matrix's
+/// parameters and values, the workflow's keys and its number of tasks, written and then with
+/// matrices expanded, each task's name, each task's own fields, the references between tasks
+/// and their cycles, then each matrix task's commands), so the same file always gets the same
+/// message.
 pub fn parse(text: &str) -> Result<WorkflowSpec, WorkflowError> {
     if text.len() > MAX_FILE_BYTES {
         return Err(WorkflowError::TooLarge { bytes: text.len() });
@@ -219,9 +253,43 @@ pub fn parse(text: &str) -> Result<WorkflowSpec, WorkflowError> {
     }
 
     let positions = task_positions(text, &raw_tasks, key_at("tasks"));
+    let counts: Vec<u64> = raw_tasks
+        .iter()
+        .map(|(_, task)| matrix::combinations(&task.matrix))
+        .collect();
+    let total = counts.iter().fold(0u64, |sum, &n| sum.saturating_add(n));
+    if total > MAX_TASKS as u64 {
+        // Only a matrix can make more tasks than are written; the largest (the first of equals)
+        // is the one to shrink.
+        let largest = (0..raw_tasks.len())
+            .filter(|&i| !raw_tasks[i].1.matrix.0.is_empty())
+            .max_by_key(|&i| (counts[i], Reverse(i)))
+            .expect("more tasks than written come from a matrix");
+        let at = positions[largest];
+        return Err(WorkflowError::MatrixTooLarge {
+            task: raw_tasks[largest].0.clone(),
+            combinations: counts[largest],
+            total,
+            at: locate::task_field(text, at, "matrix").unwrap_or(at),
+        });
+    }
+
     let mut first_seen: HashMap<&str, usize> = HashMap::new();
-    for ((name, _), &at) in raw_tasks.iter().zip(&positions) {
-        if let Some(problem) = task_name_problem(name) {
+    for (((name, task), &at), &count) in raw_tasks.iter().zip(&positions).zip(&counts) {
+        let problem = task_name_problem(name).or_else(|| {
+            if task.matrix.0.is_empty() {
+                return None;
+            }
+            let longest = matrix::expanded_name(name, count - 1);
+            (longest.len() > MAX_TASK_NAME_LEN).then(|| {
+                format!(
+                    "its matrix makes {count} tasks, named {name}.0 to {longest}, and {longest} \
+                     is {} characters long; at most {MAX_TASK_NAME_LEN} are allowed",
+                    longest.len()
+                )
+            })
+        });
+        if let Some(problem) = problem {
             return Err(WorkflowError::BadTaskName {
                 name: name.clone(),
                 problem,
@@ -236,19 +304,48 @@ pub fn parse(text: &str) -> Result<WorkflowSpec, WorkflowError> {
             });
         }
     }
+    // Every name in the expanded spec must be one task's: a written task may not have the name
+    // of a matrix task's expansion. (Two matrix tasks' expansions cannot meet: their written
+    // names differ, and `train.3` is split at its last dot.)
+    let matrix_counts: HashMap<&str, u64> = raw_tasks
+        .iter()
+        .zip(&counts)
+        .filter(|((_, task), _)| !task.matrix.0.is_empty())
+        .map(|((name, _), &count)| (name.as_str(), count))
+        .collect();
+    for ((name, _), &at) in raw_tasks.iter().zip(&positions) {
+        if let Some((matrix, last)) = matrix::expansion_of(name, &matrix_counts) {
+            return Err(WorkflowError::MatrixNameTaken {
+                name: name.clone(),
+                matrix: matrix.to_string(),
+                matrix_line: first_seen[matrix],
+                last,
+                at,
+            });
+        }
+    }
 
-    let tasks = raw_tasks
-        .into_iter()
-        .zip(positions)
-        .map(|((name, task), at)| task_spec(name, task, at))
-        .collect::<Result<Vec<_>, _>>()?;
-    let spec = WorkflowSpec {
+    let mut written = Vec::with_capacity(raw_tasks.len());
+    let mut matrices = Vec::with_capacity(raw_tasks.len());
+    for ((name, mut task), at) in raw_tasks.into_iter().zip(positions) {
+        matrices.push(std::mem::take(&mut task.matrix));
+        written.push(task_spec(name, task, at)?);
+    }
+    // The references and cycles are checked among the tasks as written, so that a message names
+    // what the file says; expanding keeps both (an edge to a matrix task becomes edges to all of
+    // its tasks, which makes no cycle the written graph did not have).
+    let mut spec = WorkflowSpec {
         name: raw.name,
         atomic: raw.atomic,
         priority: raw.priority,
-        tasks,
+        tasks: written,
     };
     spec.dag()?;
+    if matrices.iter().any(|m: &RawMatrix| !m.0.is_empty()) {
+        let written = std::mem::take(&mut spec.tasks);
+        spec.tasks = matrix::expand(written.into_iter().zip(matrices).collect())?;
+        debug_assert!(spec.dag().is_ok(), "expanding keeps the graph valid");
+    }
     Ok(spec)
 }
 
@@ -307,13 +404,7 @@ fn task_spec(name: String, raw: RawTask, at: Location) -> Result<TaskSpec, Workf
         Some(RawCommand::Argv(argv)) => argv,
         Some(RawCommand::Shell(script)) => vec!["sh".into(), "-c".into(), script],
     };
-    let program = match command.as_slice() {
-        [] => "",
-        // For a shell command, the script is what must not be empty.
-        [sh, dash_c, script] if sh == "sh" && dash_c == "-c" => script,
-        [program, ..] => program,
-    };
-    if program.trim().is_empty() {
+    if command_is_empty(&command) {
         return Err(WorkflowError::EmptyCommand { task: name, at });
     }
     let bad = |field: &'static str, error: InputError| WorkflowError::BadInput {
@@ -386,8 +477,21 @@ fn task_spec(name: String, raw: RawTask, at: Location) -> Result<TaskSpec, Workf
         colocate_with: dedup_in_order(raw.colocate_with.0),
         line: at.line,
         column: at.column,
+        params: Params::new(),
+        matrix_of: None,
         name,
     })
+}
+
+/// Whether a command has nothing to run: no program, or a blank one.
+fn command_is_empty(command: &[String]) -> bool {
+    let program = match command {
+        [] => "",
+        // For a shell command, the script is what must not be empty.
+        [sh, dash_c, script] if sh == "sh" && dash_c == "-c" => script,
+        [program, ..] => program,
+    };
+    program.trim().is_empty()
 }
 
 fn dedup_in_order(names: Vec<String>) -> Vec<String> {

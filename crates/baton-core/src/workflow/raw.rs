@@ -36,7 +36,7 @@ pub(crate) struct RawTasks(pub Vec<(String, RawTask)>);
 #[serde(
     default,
     deny_unknown_fields,
-    expecting = "a task: a mapping with `command` and optionally gpus, gpu_mem, cpus, mem, time_limit, after, retries, env, cwd, priority, colocate_with"
+    expecting = "a task: a mapping with `command` and optionally gpus, gpu_mem, cpus, mem, time_limit, after, retries, env, cwd, priority, colocate_with, matrix"
 )]
 pub(crate) struct RawTask {
     /// Optional here so that its absence is reported as such, at the task's line.
@@ -55,6 +55,9 @@ pub(crate) struct RawTask {
     pub cwd: Option<String>,
     pub priority: Option<i64>,
     pub colocate_with: NameList,
+    /// Empty when the task has none (the key is absent); a `matrix:` written with nothing in it
+    /// is an error, not a plain task.
+    pub matrix: RawMatrix,
 }
 
 /// `command: [python, train.py]` runs the program directly; `command: "make all"` runs the
@@ -69,6 +72,12 @@ pub(crate) enum RawCommand {
 /// mean anything else, and it is the form people type first.
 #[derive(Debug, Default)]
 pub(crate) struct NameList(pub Vec<String>);
+
+/// A task's `matrix:`: its parameters in the order written (the order of the product), each
+/// with its values as text. Checked as it is read, so that a bad name, a repeat, an empty list
+/// or a value that is not a scalar is placed by the parser at the key or value itself.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct RawMatrix(pub Vec<(String, Vec<String>)>);
 
 impl<'de> Deserialize<'de> for RawTasks {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -139,5 +148,125 @@ impl<'de> Deserialize<'de> for NameList {
             }
         }
         deserializer.deserialize_any(NamesVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawMatrix {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MatrixVisitor;
+        impl<'de> Visitor<'de> for MatrixVisitor {
+            type Value = RawMatrix;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a matrix: a mapping from parameter names to lists of values")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawMatrix, A::Error> {
+                let mut axes: Vec<(String, Vec<String>)> = Vec::new();
+                while let Some(name) = map.next_key_seed(ParamName { seen: &axes })? {
+                    let values = map.next_value::<ParamValues>()?.0;
+                    axes.push((name, values));
+                }
+                if axes.is_empty() {
+                    // `matrix:` or `matrix: {}`: more likely unfinished than meant as one task.
+                    return Err(de::Error::custom(
+                        "a matrix needs at least one parameter, e.g. `seed: [1, 2, 3]`",
+                    ));
+                }
+                Ok(RawMatrix(axes))
+            }
+        }
+        deserializer.deserialize_map(MatrixVisitor)
+    }
+}
+
+/// A matrix parameter's name, checked against the names before it. Read as a seed so that the
+/// error is placed at the key that is wrong, not at the start of the matrix.
+struct ParamName<'a> {
+    seen: &'a [(String, Vec<String>)],
+}
+
+impl<'de> de::DeserializeSeed<'de> for ParamName<'_> {
+    type Value = String;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ParamName<'_> {
+    type Value = String;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a parameter name")
+    }
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<String, E> {
+        crate::sweep::check_name(name).map_err(E::custom)?;
+        // Names that differ only in case would set the same BATON_PARAM_<NAME>.
+        if let Some((first, _)) = self
+            .seen
+            .iter()
+            .find(|(seen, _)| seen.eq_ignore_ascii_case(name))
+        {
+            return Err(E::custom(if first == name {
+                format!("matrix parameter {name} is given twice")
+            } else {
+                format!(
+                    "matrix parameters {first} and {name} would both set BATON_PARAM_{}; \
+                     rename one",
+                    name.to_ascii_uppercase()
+                )
+            }));
+        }
+        Ok(name.to_string())
+    }
+}
+
+/// A parameter's values: a non-empty list of scalars.
+struct ParamValues(Vec<String>);
+
+impl<'de> Deserialize<'de> for ParamValues {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ValuesVisitor;
+        impl<'de> Visitor<'de> for ValuesVisitor {
+            type Value = ParamValues;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of values")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ParamValues, A::Error> {
+                let mut values = Vec::new();
+                while let Some(ParamValue(value)) = seq.next_element()? {
+                    values.push(value);
+                }
+                if values.is_empty() {
+                    // A parameter without values would make a matrix of no tasks at all.
+                    return Err(de::Error::custom(
+                        "a matrix parameter needs at least one value",
+                    ));
+                }
+                Ok(ParamValues(values))
+            }
+        }
+        deserializer.deserialize_seq(ValuesVisitor)
+    }
+}
+
+/// One value, as its text: read as a string, so that a YAML number or boolean keeps the form it
+/// was written in (`1e-4`, not `0.0001`), which is what the command and the environment get.
+struct ParamValue(String);
+
+impl<'de> Deserialize<'de> for ParamValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ValueVisitor;
+        impl<'de> Visitor<'de> for ValueVisitor {
+            type Value = ParamValue;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string, number or boolean")
+            }
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<ParamValue, E> {
+                // It becomes part of a command and an environment variable; neither holds NUL.
+                if value.contains('\0') {
+                    return Err(E::custom("a matrix value must not contain a NUL byte"));
+                }
+                Ok(ParamValue(value.to_string()))
+            }
+        }
+        deserializer.deserialize_str(ValueVisitor)
     }
 }

@@ -44,6 +44,8 @@ fn the_design_example_parses_completely() {
         colocate_with: vec![],
         line,
         column: 3,
+        params: vec![],
+        matrix_of: None,
     };
     let mut classify = task("classify", &["python", "classify.py"], 4 * GIB, &[], 5);
     classify.time_limit = Some(600_000);
@@ -260,7 +262,7 @@ fn unknown_keys() {
             "  classify: {command: [python, c.py], gpu: 1}",
         ]),
         "line 4, column 39: tasks.classify: unknown field `gpu`, expected one of `command`, `gpus`, \
-         `gpu_mem`, `cpus`, `mem`, `time_limit`, `after`, `retries`, `env`, `cwd`, `priority`, `colocate_with`"
+         `gpu_mem`, `cpus`, `mem`, `time_limit`, `after`, `retries`, `env`, `cwd`, `priority`, `colocate_with`, `matrix`"
     );
     assert_eq!(
         error(&[
@@ -271,7 +273,7 @@ fn unknown_keys() {
             "    depends_on: [prep]",
         ]),
         "line 5, column 5: tasks.train: unknown field `depends_on`, expected one of `command`, \
-         `gpus`, `gpu_mem`, `cpus`, `mem`, `time_limit`, `after`, `retries`, `env`, `cwd`, `priority`, `colocate_with`"
+         `gpus`, `gpu_mem`, `cpus`, `mem`, `time_limit`, `after`, `retries`, `env`, `cwd`, `priority`, `colocate_with`, `matrix`"
     );
     assert_eq!(
         error(&["name: typo", "gang: true", "tasks:", "  a: {command: [x]}"]),
@@ -719,5 +721,421 @@ fn hand_built_specs_get_the_same_graph_checks() {
     assert_eq!(
         spec.dag().unwrap_err().to_string(),
         "line 3, column 3: dependency cycle: a -> b -> a"
+    );
+}
+
+// ---- Matrices: one task per combination. ----
+
+/// The issue's example: five seeds times two learning rates, then one task after all of them.
+const SEEDS: &[&str] = &[
+    "name: seeds",
+    "tasks:",
+    "  train:",
+    "    command: python train.py --seed {seed} --lr {lr}",
+    "    gpus: 1",
+    "    matrix:",
+    "      seed: [1, 2, 3, 4, 5]",
+    "      lr: [1e-4, 3e-4]",
+    "  aggregate:",
+    "    command: python aggregate.py",
+    "    after: [train]",
+];
+
+fn params(pairs: &[(&str, &str)]) -> Params {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_matrix_task_is_one_task_per_combination_last_parameter_fastest() {
+    let spec = parse(&file(SEEDS)).unwrap();
+    let names: Vec<&str> = spec.tasks.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "train.0",
+            "train.1",
+            "train.2",
+            "train.3",
+            "train.4",
+            "train.5",
+            "train.6",
+            "train.7",
+            "train.8",
+            "train.9",
+            "aggregate"
+        ]
+    );
+    let train3 = &spec.tasks[3];
+    // Values are their text as written: 3e-4, not 0.0003.
+    assert_eq!(train3.params, params(&[("seed", "2"), ("lr", "3e-4")]));
+    assert_eq!(
+        train3.command,
+        ["sh", "-c", "python train.py --seed 2 --lr 3e-4"]
+    );
+    assert_eq!(train3.matrix_of.as_deref(), Some("train"));
+    // Everything else is the matrix task's, its position included.
+    assert_eq!(train3.request, ResourceRequest::whole(1));
+    assert_eq!((train3.line, train3.column), (3, 3));
+    let all: Vec<(Params, &str)> = spec.tasks[..10]
+        .iter()
+        .map(|t| (t.params.clone(), t.command[2].as_str()))
+        .collect();
+    assert_eq!(
+        all[0],
+        (
+            params(&[("seed", "1"), ("lr", "1e-4")]),
+            "python train.py --seed 1 --lr 1e-4"
+        )
+    );
+    assert_eq!(all[1].0, params(&[("seed", "1"), ("lr", "3e-4")]));
+    assert_eq!(all[9].0, params(&[("seed", "5"), ("lr", "3e-4")]));
+    let aggregate = &spec.tasks[10];
+    assert_eq!(
+        (aggregate.params.clone(), aggregate.matrix_of.clone()),
+        (vec![], None)
+    );
+    assert_eq!(
+        crate::sweep::param_env(&train3.params),
+        [
+            ("BATON_PARAM_SEED".to_string(), "2".to_string()),
+            ("BATON_PARAM_LR".to_string(), "3e-4".to_string())
+        ]
+    );
+}
+
+#[test]
+fn after_a_matrix_task_is_after_all_of_its_tasks() {
+    let spec = parse(&file(SEEDS)).unwrap();
+    let aggregate = &spec.tasks[10];
+    let trains: Vec<String> = (0..10).map(|i| format!("train.{i}")).collect();
+    assert_eq!(aggregate.after, trains);
+    let dag = spec.dag().unwrap();
+    assert_eq!(dag.predecessors(10), (0..10).collect::<Vec<_>>());
+    assert_eq!(spec.task_index("train.7"), Some(7));
+    assert_eq!(
+        spec.task_index("train"),
+        None,
+        "the written name is no task"
+    );
+    // The critical path runs through one of the trains (the first of equals) to aggregate.
+    let path = dag.critical_path(&[60_000; 11]);
+    assert_eq!(path.names, ["train.0", "aggregate"]);
+    assert_eq!(path.total_ms, 120_000);
+    // The spec crosses to the store as JSON, params and all; an old spec without them reads.
+    let json = serde_json::to_string(&spec).unwrap();
+    assert_eq!(serde_json::from_str::<WorkflowSpec>(&json).unwrap(), spec);
+    let plain = serde_json::to_value(&spec.tasks[10]).unwrap();
+    assert!(plain.get("params").is_none() && plain.get("matrix_of").is_none());
+}
+
+#[test]
+fn a_matrix_tasks_own_references_go_to_each_of_its_tasks() {
+    let spec = parse(&file(&[
+        "name: w",
+        "tasks:",
+        "  prep: {command: [make]}",
+        "  cache: {command: [warm]}",
+        "  eval:",
+        "    command: [python, eval.py, --ckpt, \"ckpt/{model}-{size}.pt\", \"--dry={dry}\"]",
+        "    after: [prep, train]",
+        "    colocate_with: [cache, train]",
+        "    matrix: {model: [resnet, \"vit b\"], size: [s], dry: [true]}",
+        "  train:",
+        "    command: [python, train.py, \"{seed}\"]",
+        "    after: prep",
+        "    matrix:",
+        "      seed: [7, 8, 9]",
+    ]))
+    .unwrap();
+    let names: Vec<&str> = spec.tasks.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "prep", "cache", "eval.0", "eval.1", "train.0", "train.1", "train.2"
+        ]
+    );
+    for eval in &spec.tasks[2..4] {
+        assert_eq!(eval.after, ["prep", "train.0", "train.1", "train.2"]);
+        assert_eq!(
+            eval.colocate_with,
+            ["cache", "train.0", "train.1", "train.2"]
+        );
+    }
+    assert_eq!(
+        spec.tasks[3].command,
+        [
+            "python",
+            "eval.py",
+            "--ckpt",
+            "ckpt/vit b-s.pt",
+            "--dry=true"
+        ]
+    );
+    assert_eq!(spec.tasks[5].after, ["prep"]);
+    assert_eq!(spec.tasks[5].command, ["python", "train.py", "8"]);
+    // The graph follows the expanded edges, whatever order the file is written in.
+    let order = spec.dag().unwrap().topological_order().to_vec();
+    let position = |name: &str| order.iter().position(|&i| spec.tasks[i].name == name);
+    assert!(position("train.2") < position("eval.0"));
+    assert!(position("prep") < position("train.0"));
+}
+
+#[test]
+fn a_task_without_a_matrix_keeps_its_braces() {
+    let spec = parse(&file(&[
+        "name: w",
+        "tasks:",
+        "  plain: {command: \"echo {seed} {{x}} ${HOME}\"}",
+        "  swept:",
+        "    command: [echo, \"{seed}\", \"{{x}}\", \"${HOME}\"]",
+        "    matrix: {seed: [1]}",
+    ]))
+    .unwrap();
+    assert_eq!(spec.tasks[0].command[2], "echo {seed} {{x}} ${HOME}");
+    assert_eq!(spec.tasks[0].params, vec![]);
+    // In a matrix task's command, `{{` is the escape for a literal brace.
+    assert_eq!(spec.tasks[1].command, ["echo", "1", "{x}", "${HOME}"]);
+}
+
+#[test]
+fn matrix_names_stay_within_the_task_name_rules() {
+    let base = "m".repeat(62);
+    // 10 tasks: the longest is `<62>.9`, 64 characters.
+    let values = (0..10)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let spec = parse(&file(&[
+        "name: w",
+        "tasks:",
+        &format!("  {base}: {{command: [x], matrix: {{i: [{values}]}}}}"),
+    ]))
+    .unwrap();
+    assert_eq!(spec.tasks[9].name, format!("{base}.9"));
+    assert!(spec.tasks.iter().all(|t| t.name.len() <= MAX_TASK_NAME_LEN));
+    // 11 tasks: `<62>.10` is 65.
+    assert_eq!(
+        error(&[
+            "name: w",
+            "tasks:",
+            &format!("  {base}: {{command: [x], matrix: {{i: [{values}, 10]}}}}"),
+        ]),
+        format!(
+            "line 3, column 3: task \"{base}\": its matrix makes 11 tasks, named {base}.0 to \
+             {base}.10, and {base}.10 is 65 characters long; at most 64 are allowed"
+        )
+    );
+    // A written task may not take an expansion's name; `train.01` or `train.2` of two are free.
+    assert_eq!(
+        error(&[
+            "name: w",
+            "tasks:",
+            "  train: {command: [x], matrix: {seed: [1, 2]}}",
+            "  train.1: {command: [x]}",
+        ]),
+        "line 4, column 3: task train.1: the name is taken: matrix task train (line 3) makes \
+         tasks train.0 to train.1; rename one of them"
+    );
+    let spec = parse(&file(&[
+        "name: w",
+        "tasks:",
+        "  train.01: {command: [x]}",
+        "  train.2: {command: [x]}",
+        "  train: {command: [x], matrix: {seed: [1, 2]}}",
+    ]))
+    .unwrap();
+    assert_eq!(spec.tasks.len(), 4);
+}
+
+#[test]
+fn references_name_the_matrix_task_not_one_expansion() {
+    assert_eq!(
+        error(&[
+            "name: w",
+            "tasks:",
+            "  train: {command: [x], matrix: {seed: [1, 2]}}",
+            "  eval: {command: [x], after: [train.1]}",
+        ]),
+        "line 4, column 3: task eval: after: no task named \"train.1\" (tasks: train, eval)"
+    );
+    // Checked as written: the messages name what the file says.
+    assert_eq!(
+        error(&[
+            "name: w",
+            "tasks:",
+            "  train: {command: [x], after: [train], matrix: {seed: [1, 2]}}",
+        ]),
+        "line 3, column 3: task train: after: a task cannot depend on itself"
+    );
+    assert_eq!(
+        error(&[
+            "name: w",
+            "tasks:",
+            "  train: {command: [x], after: [eval], matrix: {seed: [1, 2]}}",
+            "  eval: {command: [x], after: [train]}",
+        ]),
+        "line 3, column 3: dependency cycle: train -> eval -> train"
+    );
+}
+
+#[test]
+fn matrix_errors_are_placed_at_the_key_or_value() {
+    let task = |matrix: &[&str]| {
+        let mut lines = vec!["name: w", "tasks:", "  train:", "    command: [x]"];
+        lines.extend(matrix);
+        error(&lines)
+    };
+    assert_eq!(
+        task(&["    matrix:", "      seed: []"]),
+        "line 6, column 13: tasks.train.matrix.seed: a matrix parameter needs at least one value"
+    );
+    assert_eq!(
+        task(&["    matrix:", "      seed: [1, [2, 3]]"]),
+        "line 6, column 17: tasks.train.matrix.seed[1]: invalid type: sequence, expected a \
+         string, number or boolean"
+    );
+    assert_eq!(
+        task(&["    matrix:", "      seed: [1, {a: 2}]"]),
+        "line 6, column 17: tasks.train.matrix.seed[1]: invalid type: map, expected a string, \
+         number or boolean"
+    );
+    assert_eq!(
+        task(&["    matrix:", "      seed: 5"]),
+        "line 6, column 13: tasks.train.matrix.seed: invalid type: integer `5`, expected a list \
+         of values"
+    );
+    assert_eq!(
+        task(&[
+            "    matrix:",
+            "      seed: [1]",
+            "      learning-rate: [1e-4]"
+        ]),
+        "line 7, column 7: tasks.train.matrix: parameter name \"learning-rate\": use letters, \
+         digits and `_`, starting with a letter or `_` (it becomes `{learning-rate}` in the \
+         command and BATON_PARAM_<NAME> in the environment)"
+    );
+    assert_eq!(
+        task(&[
+            "    matrix:",
+            "      seed: [1]",
+            "      lr: [1]",
+            "      seed: [2]"
+        ]),
+        "line 8, column 7: tasks.train.matrix: matrix parameter seed is given twice"
+    );
+    assert_eq!(
+        task(&["    matrix: {lr: [1], LR: [2]}"]),
+        "line 5, column 23: tasks.train.matrix: matrix parameters lr and LR would both set \
+         BATON_PARAM_LR; rename one"
+    );
+    assert_eq!(
+        task(&["    matrix: {}"]),
+        "line 5, column 13: tasks.train.matrix: a matrix needs at least one parameter, e.g. \
+         `seed: [1, 2, 3]`"
+    );
+    // Written with nothing under it: placed just after the key.
+    assert_eq!(
+        task(&["    matrix:"]),
+        "line 5, column 12: tasks.train.matrix: a matrix needs at least one parameter, e.g. \
+         `seed: [1, 2, 3]`"
+    );
+    assert_eq!(
+        task(&["    matrix: [1, 2]"]),
+        "line 5, column 13: tasks.train.matrix: invalid type: sequence, expected a matrix: a \
+         mapping from parameter names to lists of values"
+    );
+    assert_eq!(
+        task(&["    matrix: {seed: [\"a\\0b\"]}"]),
+        "line 5, column 21: tasks.train.matrix.seed[0]: a matrix value must not contain a NUL byte"
+    );
+}
+
+#[test]
+fn an_unknown_placeholder_is_an_error_at_the_task() {
+    assert_eq!(
+        error(&[
+            "name: w",
+            "tasks:",
+            "  prep: {command: [x]}",
+            "  train:",
+            "    command: python train.py --seed {seed} --lr {lrr}",
+            "    matrix:",
+            "      seed: [1, 2]",
+            "      lr: [1e-4]",
+        ]),
+        "line 4, column 3: task train: word 3 of the command has the placeholder {lrr}, which is \
+         no parameter of this sweep ({lr}, {seed}); write {{ and }} for literal braces"
+    );
+    assert_eq!(
+        error(&[
+            "name: w",
+            "tasks:",
+            "  train: {command: [x, \"{seed\"], matrix: {seed: [1]}}",
+        ]),
+        "line 3, column 3: task train: word 2 of the command has a `{` that is never closed; \
+         write {{ for a literal brace"
+    );
+    // A value may leave nothing to run.
+    assert_eq!(
+        error(&[
+            "name: w",
+            "tasks:",
+            "  train: {command: [\"{tool}\", x], matrix: {tool: [ok, \"\"]}}",
+        ]),
+        "line 3, column 3: task train.1: command: the command is empty"
+    );
+}
+
+#[test]
+fn matrices_count_toward_the_thousand_tasks() {
+    let matrix = |task: &str, n: usize| {
+        let values = (0..n).map(|i| i.to_string()).collect::<Vec<_>>().join(", ");
+        [
+            format!("  {task}:"),
+            "    command: [x]".to_string(),
+            "    matrix:".to_string(),
+            format!("      a: [{values}]"),
+            "      b: [x, y]".to_string(),
+        ]
+    };
+    let text = |a: usize, b: usize| {
+        let mut lines = vec!["name: w".to_string(), "tasks:".to_string()];
+        lines.push("  first: {command: [x]}".to_string());
+        lines.extend(matrix("small", a));
+        lines.extend(matrix("big", b));
+        lines.join("\n") + "\n"
+    };
+    // 1 + 2*100 + 2*399 = 999; then 1 + 2*100 + 2*400 = 1001.
+    assert_eq!(parse(&text(100, 399)).unwrap().tasks.len(), 999);
+    assert_eq!(
+        parse(&text(100, 400)).unwrap_err().to_string(),
+        "line 11, column 5: task big: matrix: its 800 combinations make the workflow 1001 tasks; \
+         at most 1000 are allowed in one workflow: split it into several workflows"
+    );
+    // Far too many: refused by counting, nothing made.
+    let huge: Vec<String> = (0..12)
+        .map(|i| format!("p{i}: [{}]", "1, ".repeat(9) + "1"))
+        .collect();
+    let err = parse(&format!(
+        "name: w\ntasks:\n  t: {{command: [x], matrix: {{{}}}}}\n",
+        huge.join(", ")
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WorkflowError::MatrixTooLarge {
+                combinations: 1_000_000_000_000,
+                at: Location {
+                    line: 3,
+                    column: 21
+                },
+                ..
+            }
+        ),
+        "{err:?}"
     );
 }
