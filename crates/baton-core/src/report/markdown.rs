@@ -506,7 +506,7 @@ fn push_block(out: &mut String, lines: &[String], indent: &str) {
 }
 
 /// At most `max` bytes of `text`, cut after a whole line.
-fn cut_at_line(text: &str, max: usize) -> String {
+pub(crate) fn cut_at_line(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();
     }

@@ -38,6 +38,11 @@ pub use efficiency::{Efficiency, efficiency};
 pub use markdown::fenced;
 pub use sanitize::sanitize_line;
 pub use scanner::OutputScanner;
+// The sweep's comparison report (`crate::sweep::compare`) prints the same kinds of job-derived
+// text, so it quotes and cuts it with the same helpers.
+pub(crate) use cause::{exception_text, inert};
+pub(crate) use markdown::{cut_at_line, rfc3339};
+pub(crate) use sanitize::{clean, clip, inline_code};
 
 /// [`Report::to_markdown`] never returns more than this many bytes (about 1,500 tokens).
 pub const MAX_REPORT_BYTES: usize = 6000;

@@ -2,8 +2,21 @@
 //! `--sweep lr=1e-4,3e-4 --sweep bs=32,64` (the Cartesian product), a JSON-lines file of runs,
 //! and the command template whose `{name}` placeholders each run fills in. Pure: the shell
 //! reads files and queues the runs; here is what they are, or why there are none.
+//!
+//! When the runs end: [`compare`] (`compare`) turns them into one comparison report, ranked by a
+//! metric, failures grouped by cause; [`broken`] (`early`) says whether a sweep that is still
+//! running is clearly broken, so that the agent is woken before the last run ends.
+
+pub mod compare;
+pub mod early;
 
 use std::collections::BTreeMap;
+
+pub use compare::{
+    ComparisonReport, FailureGroup, Goal, RankBy, Row, RunSummary, SweepEfficiency, SweepFacts,
+    cause_text, compare, parse_rank_by,
+};
+pub use early::{Broken, EarlyWake, broken};
 
 /// One run of a sweep: its parameters by name, in the order the sweep gave them.
 pub type Params = Vec<(String, String)>;
@@ -48,6 +61,11 @@ pub enum SweepError {
         "word {word} of the command has a `{{` that is never closed; write {{{{ for a literal brace"
     )]
     Unclosed { word: usize },
+    #[error(
+        "cannot read --rank-by {0:?}: expected METRIC, METRIC:max or METRIC:min, e.g. val_acc, \
+         loss:min (a metric name is letters, digits and `_ . / -`)"
+    )]
+    RankBy(String),
 }
 
 /// An array: its indices, in order, and how many may run at once (`%K`).
