@@ -23,6 +23,6 @@ pub mod workflow;
 
 pub use model::{
     DepKind, Dependency, Gpu, JobId, JobState, Millis, PendingJob, ResourceRequest, RunningJob,
-    retry_delay,
+    Throttle, retry_delay,
 };
 pub use scheduler::{Plan, Start, WaitReason, earliest_start, plan};

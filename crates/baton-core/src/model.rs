@@ -225,6 +225,9 @@ pub struct PendingJob {
     /// It was submitted to start no earlier than this (`--begin`).
     #[serde(default)]
     pub begin: Option<Millis>,
+    /// A run of a sweep that caps how many of its runs go at once (`--array 0-99%4`).
+    #[serde(default)]
+    pub throttle: Option<Throttle>,
 }
 
 impl PendingJob {
@@ -252,8 +255,18 @@ impl PendingJob {
             owner_usage: 0,
             not_before: None,
             begin: None,
+            throttle: None,
         }
     }
+}
+
+/// A cap on how many jobs of one group (a sweep's runs) run at once: `running` of the group
+/// hold resources when the pass begins (running, or with a reservation), and at most `max` may.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Throttle {
+    pub group: u64,
+    pub max: u32,
+    pub running: u32,
 }
 
 /// How long a failed job waits before its next attempt: `first` after the first failure,

@@ -59,6 +59,8 @@ pub enum WaitReason {
         /// `at` relative to `now`, for people.
         in_ms: Millis,
     },
+    /// Its sweep runs as many runs at once as it may (`--array ...%K`, `--max-parallel`).
+    Throttled { sweep: u64, max: u32 },
     /// A retry waiting out its backoff after a failed attempt.
     Backoff {
         /// When it may start.
@@ -102,6 +104,10 @@ impl fmt::Display for WaitReason {
                 f,
                 "begin: it may start in {} (--begin)",
                 format_duration(*in_ms)
+            ),
+            WaitReason::Throttled { sweep, max } => write!(
+                f,
+                "throttled: sweep {sweep} runs {max} at once, its most (--max-parallel)"
             ),
             WaitReason::Backoff { in_ms, .. } => write!(
                 f,
@@ -229,6 +235,8 @@ pub fn plan_on(
     let mut reservation: Option<Reservation> = None;
     // Gangs already decided in this pass (admitted, or waiting whole).
     let mut gangs_seen: Vec<u64> = Vec::new();
+    // Throttled groups: how many of each hold resources, counting the starts of this pass.
+    let mut group_running: HashMap<u64, u32> = HashMap::new();
 
     for job in order {
         // Nor does a job that is to begin later.
@@ -254,6 +262,21 @@ pub fn plan_on(
             ));
             out.next_wakeup = Some(out.next_wakeup.map_or(until, |w| w.min(until)));
             continue;
+        }
+        if let Some(t) = job.throttle
+            && job.reserved.is_none()
+        {
+            let running = group_running.entry(t.group).or_insert(t.running);
+            if *running >= t.max {
+                out.waiting.push((
+                    job.id,
+                    WaitReason::Throttled {
+                        sweep: t.group,
+                        max: t.max,
+                    },
+                ));
+                continue;
+            }
         }
         if let Some(gpus) = &job.reserved {
             match dependencies(job, states) {
@@ -374,6 +397,9 @@ pub fn plan_on(
         occupancy
             .hold(&chosen, &job.request)
             .expect("chosen from free GPUs");
+        if let Some(t) = job.throttle {
+            *group_running.entry(t.group).or_insert(t.running) += 1;
+        }
         holders.push(RunningJob {
             id: job.id,
             gpus: chosen.clone(),
@@ -768,6 +794,42 @@ mod tests {
         let p = plan(&g, &[], &[retry], &states, 5_000);
         assert_eq!(started(&p), [1], "due at its time");
         assert_eq!(p.next_wakeup, None);
+    }
+
+    #[test]
+    fn a_throttled_sweep_runs_at_most_its_cap_and_lets_others_pass() {
+        // Sweep 7 may run 2 at once and has 1 running: one more starts; job 9 (no sweep) is
+        // not held up by the throttled runs.
+        let throttle = Some(crate::model::Throttle {
+            group: 7,
+            max: 2,
+            running: 1,
+        });
+        let mut pending: Vec<PendingJob> = (2..6)
+            .map(|id| PendingJob {
+                throttle,
+                ..job(id, 1)
+            })
+            .collect();
+        pending.push(job(9, 1));
+        let running = [running(1, &[0], None)];
+        let p = plan(&gpus(8), &running, &pending, &HashMap::new(), 0);
+        assert_eq!(started(&p), [2, 9]);
+        let throttled: Vec<u64> = p
+            .waiting
+            .iter()
+            .filter(|(_, r)| matches!(r, WaitReason::Throttled { sweep: 7, max: 2 }))
+            .map(|(id, _)| id.0)
+            .collect();
+        assert_eq!(throttled, [3, 4, 5]);
+        assert!(
+            p.waiting[0]
+                .1
+                .to_string()
+                .starts_with("throttled: sweep 7 runs 2 at once"),
+            "{}",
+            p.waiting[0].1
+        );
     }
 
     #[test]

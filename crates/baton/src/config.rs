@@ -26,6 +26,29 @@ pub struct Settings {
     pub retention: crate::history::retention::Retention,
     /// The cores and memory jobs may take, and what a job asks for by default (`[resources]`).
     pub resources: ResourceSettings,
+    /// How big a sweep may be and when it counts as broken (`[sweeps]`).
+    pub sweeps: SweepSettings,
+}
+
+/// `[sweeps]`: the most runs one sweep or array may have, and when a sweep is clearly broken
+/// and its submitter is woken before it ends: the first `early_failures` runs to end all failed
+/// the same way, or at least that many ended and `early_failure_share` of them failed.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SweepSettings {
+    pub max_runs: u64,
+    pub early_failures: usize,
+    pub early_failure_share: f64,
+}
+
+impl Default for SweepSettings {
+    fn default() -> Self {
+        SweepSettings {
+            max_runs: 10_000,
+            early_failures: 3,
+            early_failure_share: 0.5,
+        }
+    }
 }
 
 /// `[resources]`: this machine's cores and memory as resources jobs ask for, like GPUs. Each
@@ -328,6 +351,18 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
+    let sw = &settings.sweeps;
+    if sw.max_runs == 0
+        || sw.early_failures == 0
+        || !(sw.early_failure_share > 0.0 && sw.early_failure_share <= 1.0)
+    {
+        return Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: "[sweeps] max_runs and early_failures must be at least 1, and \
+                      early_failure_share between 0 (excluded) and 1"
+                .into(),
+        });
+    }
     let r = &settings.retries;
     if r.delay < 0 || r.max_delay < r.delay {
         return Err(ConfigError::Invalid {

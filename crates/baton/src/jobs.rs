@@ -17,7 +17,8 @@ use baton_core::{JobId, JobState, Millis, WaitReason};
 
 use crate::notify::Channel;
 use crate::store::{
-    JobRecord, NewJob, NewWorkflow, Store, StoreError, Transaction, WorkflowRecord,
+    JobRecord, NewJob, NewSweep, NewWorkflow, Store, StoreError, SweepRecord, Transaction,
+    WorkflowRecord,
 };
 
 pub struct JobTable {
@@ -26,6 +27,8 @@ pub struct JobTable {
     active: BTreeMap<JobId, JobRecord>,
     /// Workflows that have not ended, as last committed.
     workflows: HashMap<u64, WorkflowRecord>,
+    /// Sweeps that have not ended, as last committed.
+    sweeps: HashMap<u64, SweepRecord>,
     /// Why each queued job waited in the last pass (kept as data: its text is made when shown).
     waiting: HashMap<JobId, WaitReason>,
     /// A word shown over a job's reason until it changes again (its end waits to be recorded).
@@ -41,10 +44,16 @@ impl JobTable {
             .into_iter()
             .map(|w| (w.id, w))
             .collect();
+        let sweeps = store
+            .active_sweeps()?
+            .into_iter()
+            .map(|s| (s.id, s))
+            .collect();
         Ok(JobTable {
             store,
             active,
             workflows,
+            sweeps,
             waiting: HashMap::new(),
             shown: HashMap::new(),
         })
@@ -129,6 +138,20 @@ impl JobTable {
             self.active.insert(job.id, job.clone());
         }
         self.workflows.insert(record.id, record.clone());
+        Ok((record, jobs))
+    }
+
+    /// Queues a sweep and all its runs, all or none.
+    pub fn submit_sweep(
+        &mut self,
+        sweep: &NewSweep,
+        request_id: Option<&str>,
+    ) -> Result<(SweepRecord, Vec<JobRecord>), StoreError> {
+        let (record, jobs) = self.store.insert_sweep(sweep, request_id)?;
+        for job in &jobs {
+            self.active.insert(job.id, job.clone());
+        }
+        self.sweeps.insert(record.id, record.clone());
         Ok((record, jobs))
     }
 
@@ -368,6 +391,59 @@ impl JobTable {
             wf.state = WorkflowState::Running;
         }
         Ok(())
+    }
+
+    // ---- sweeps ------------------------------------------------------------------------------
+
+    /// A sweep that has not ended.
+    pub fn sweep(&self, id: u64) -> Option<&SweepRecord> {
+        self.sweeps.get(&id)
+    }
+
+    /// The sweeps that have not ended.
+    pub fn sweeps(&self) -> impl Iterator<Item = &SweepRecord> {
+        self.sweeps.values()
+    }
+
+    /// A sweep's first run started: the sweep is running.
+    pub fn sweep_started(&mut self, sweep: u64) -> Result<(), StoreError> {
+        match self.sweeps.get_mut(&sweep) {
+            Some(s) if s.state == WorkflowState::Queued => {
+                self.store.set_sweep_running(sweep)?;
+                s.state = WorkflowState::Running;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A sweep ended: its state and its comparison report's deliveries, in one commit.
+    pub fn end_sweep(
+        &mut self,
+        sweep: u64,
+        state: WorkflowState,
+        at: Millis,
+        last: JobId,
+        channels: &[Channel],
+    ) -> Result<(), StoreError> {
+        self.store.end_sweep(sweep, state, at, last, channels)?;
+        self.sweeps.remove(&sweep);
+        Ok(())
+    }
+
+    /// A sweep looked broken: its alert's deliveries, once. False when it was alerted already.
+    pub fn alert_sweep(
+        &mut self,
+        sweep: u64,
+        at: Millis,
+        anchor: JobId,
+        channels: &[Channel],
+    ) -> Result<bool, StoreError> {
+        let queued = self.store.alert_sweep(sweep, at, anchor, channels)?;
+        if let Some(s) = self.sweeps.get_mut(&sweep) {
+            s.alerted_at.get_or_insert(at);
+        }
+        Ok(queued)
     }
 
     /// A workflow ended: its state and its summary's deliveries, in one commit.

@@ -298,7 +298,9 @@ pub fn store(files: &JobFiles, built: &Built) -> io::Result<()> {
     write_whole(&files.report_md(), built.markdown.as_bytes())
 }
 
-fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
+/// Writes a file whole under a temporary name, then renames it: a reader sees the old file or
+/// the new one, never half of one.
+pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
     // A temporary name of its own per write: two builders never write into one file.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -144,7 +144,7 @@ pub fn parse_sweep_flag(text: &str) -> Result<(String, Vec<String>), SweepError>
 
 /// A parameter name: letters, digits and `_`, not starting with a digit. Shared with workflow
 /// matrices, whose parameters fill the same placeholders.
-pub(crate) fn check_name(name: &str) -> Result<(), SweepError> {
+pub fn check_name(name: &str) -> Result<(), SweepError> {
     let mut chars = name.chars();
     let ok = chars
         .next()

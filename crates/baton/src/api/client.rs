@@ -413,14 +413,74 @@ impl Client {
         let mut req = req.clone();
         let request_id = req.request_id.get_or_insert_with(new_request_id).clone();
         let body = serde_json::to_vec(&req).expect("API types always serialise");
+        self.post_idempotent("/jobs", &body, request_id, start)
+    }
+
+    /// Queues a sweep, as [`submit`](Self::submit) queues a job: asked again with the same id
+    /// when an answer was lost, so a resent sweep is never queued twice.
+    pub fn submit_sweep(
+        &self,
+        req: &crate::api::SweepRequest,
+        start: &dyn Fn() -> Result<(), ClientError>,
+    ) -> Result<crate::api::SweepView, ClientError> {
+        let mut req = req.clone();
+        let request_id = req
+            .job
+            .request_id
+            .get_or_insert_with(new_request_id)
+            .clone();
+        let body = serde_json::to_vec(&req).expect("API types always serialise");
+        self.post_idempotent("/sweeps", &body, request_id, start)
+    }
+
+    pub fn sweep(&self, id: u64) -> Result<crate::api::SweepView, ClientError> {
+        self.get(&format!("/sweeps/{id}"))
+    }
+
+    pub fn sweeps(&self) -> Result<Vec<crate::api::SweepView>, ClientError> {
+        self.get("/sweeps")
+    }
+
+    pub fn cancel_sweep(
+        &self,
+        id: u64,
+        req: &CancelRequest,
+    ) -> Result<crate::api::SweepView, ClientError> {
+        self.post(&format!("/sweeps/{id}/cancel"), req)
+    }
+
+    /// Blocks until the sweep ends (or `timeout_ms` passes): no call timeout of its own.
+    pub fn wait_sweep(
+        &self,
+        id: u64,
+        timeout_ms: Option<i64>,
+    ) -> Result<crate::api::SweepView, ClientError> {
+        let body = serde_json::to_vec(&crate::api::SweepWaitRequest { timeout_ms })
+            .expect("API types always serialise");
+        let patience = match timeout_ms {
+            Some(ms) => Patience::Until(Duration::from_millis(ms.max(0) as u64)),
+            None => Patience::Forever,
+        };
+        self.call("POST", &format!("/sweeps/{id}/wait"), Some(&body), patience)
+    }
+
+    /// POSTs a body that carries an idempotency key, asking again with it while the answer may
+    /// have been lost; starts the daemon (`start`) at most once when none runs.
+    fn post_idempotent<T: DeserializeOwned>(
+        &self,
+        target: &str,
+        body: &[u8],
+        request_id: String,
+        start: &dyn Fn() -> Result<(), ClientError>,
+    ) -> Result<T, ClientError> {
         let mut started = false;
         let mut pause = Duration::from_millis(100);
         let give_up = Instant::now() + Duration::from_secs(10);
         // Set once an answer was lost: from then on the job may exist.
         let mut lost = false;
         loop {
-            let err = match self.call("POST", "/jobs", Some(&body), Patience::Call) {
-                Ok(job) => return Ok(job),
+            let err = match self.call("POST", target, Some(body), Patience::Call) {
+                Ok(answer) => return Ok(answer),
                 Err(e) => e,
             };
             let cut_off = matches!(err, ClientError::Interrupted { .. });

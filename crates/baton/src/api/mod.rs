@@ -309,6 +309,11 @@ pub struct JobView {
     /// (`baton wait ID`, run in the background).
     #[serde(default)]
     pub wakes_caller: bool,
+    /// The sweep or array it is a run of, and its index there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep_id: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep_index: Option<u32>,
     /// Another user's job, seen on a shared daemon: its command, working directory, tags,
     /// channels and session are left out (empty).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -1094,4 +1099,84 @@ mod tests {
             "{shown}"
         );
     }
+}
+
+/// The runs of a sweep as the submitter wrote them; the daemon expands them (and checks how
+/// many there are against `[sweeps] max_runs`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SweepRuns {
+    /// `--array 0-99:2%4` (Slurm's syntax): one run per index.
+    Array { spec: String },
+    /// `--sweep NAME=V1,V2` repeated: the Cartesian product, the last name fastest.
+    Grid { axes: Vec<(String, Vec<String>)> },
+    /// One set of parameters per run (`--sweep-file runs.jsonl`).
+    Runs {
+        source: String,
+        runs: Vec<baton_core::sweep::Params>,
+    },
+}
+
+/// `POST /v1/sweeps`: queue many runs of one command template as one sweep (issue 16).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepRequest {
+    /// Everything a run shares, as a submission; its command has `{name}` placeholders.
+    pub job: SubmitRequest,
+    pub runs: SweepRuns,
+    /// How many runs may run at once (`--max-parallel`, or the `%K` of `--array`).
+    #[serde(default)]
+    pub max_parallel: Option<u32>,
+    /// `METRIC[:max|min]` the comparison ranks by; `None`: a validation metric, else the loss.
+    #[serde(default)]
+    pub rank_by: Option<String>,
+    /// Deliver each run's own report too, not only the comparison.
+    #[serde(default)]
+    pub notify_each: bool,
+    /// `continue` (default) or `stop`: cancel the rest once the sweep is clearly broken.
+    #[serde(default)]
+    pub on_failure: Option<String>,
+}
+
+/// A sweep as the API shows it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SweepView {
+    pub id: u64,
+    pub name: String,
+    /// `array` or `sweep`.
+    pub kind: String,
+    /// queued, running, succeeded, failed or cancelled.
+    pub state: String,
+    pub owner: String,
+    pub params: Vec<String>,
+    pub runs: u32,
+    /// How many runs are in each state, e.g. `{"running": 4, "queued": 8}`.
+    pub counts: BTreeMap<String, u32>,
+    /// Its runs' job ids, in order (thousands of numbers at most).
+    pub jobs: Vec<u64>,
+    pub max_parallel: Option<u32>,
+    pub rank_by: Option<String>,
+    pub notify_each: bool,
+    pub on_failure: String,
+    /// Where the comparison report goes (public specs).
+    pub notify: Vec<String>,
+    /// Whether one of those channels can wake the submitter's agent session.
+    pub wakes_caller: bool,
+    pub submitted_at: String,
+    pub ended_at: Option<String>,
+    /// When the submitter was woken early because the sweep looked broken.
+    pub alerted_at: Option<String>,
+    /// The comparison so far (every run's parameters, state and final metrics), in `status`.
+    #[serde(default)]
+    pub comparison: Option<baton_core::sweep::compare::ComparisonReport>,
+    /// The comparison's markdown, in `status --report` and `wait`.
+    #[serde(default)]
+    pub markdown: Option<String>,
+}
+
+/// `POST /v1/sweeps/{id}/wait`: until the sweep has ended and its comparison is stored.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SweepWaitRequest {
+    #[serde(default)]
+    pub timeout_ms: Option<i64>,
 }

@@ -27,6 +27,7 @@ mod slurm_mail;
 mod stats;
 mod status;
 mod submit;
+mod sweep;
 mod update;
 mod wait;
 mod workflow;
@@ -112,6 +113,10 @@ pub enum Command {
     /// DAG workflows: `baton workflow submit FILE`, `status ID`, `cancel ID`, `list`.
     #[command(subcommand)]
     Workflow(workflow::Command),
+    /// Sweeps and arrays (queued by `baton submit --array/--sweep/--sweep-file`): `status ID`,
+    /// `list`, `cancel ID`, `wait ID`.
+    #[command(subcommand)]
+    Sweep(sweep::Command),
     /// Set an agent up for reliable wake-ups, and the hook that waits for its jobs.
     #[command(subcommand)]
     Agent(agent::Command),
@@ -151,6 +156,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         ) as u8)),
         Command::Agent(cmd) => agent::run(cmd, json),
         Command::Workflow(cmd) => workflow::run(cmd, json),
+        Command::Sweep(cmd) => sweep::run(cmd, json),
         Command::Report(args) => report::run(args, json),
         Command::Mcp => crate::mcp::run(),
         Command::Sim(args) => sim::run(args, json),

@@ -163,6 +163,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         backend: settings.backend,
         containment,
         retries: settings.retries,
+        sweeps: settings.sweeps.clone(),
         connections: settings.limits.connection_limits(),
         limits: settings.limits,
     };

@@ -90,6 +90,10 @@ pub struct Args {
     /// outside any, the jobs submitted outside any).
     #[arg(long)]
     mine: bool,
+    /// Show each run of a sweep or array as its own row (by default a sweep is one line with
+    /// its counts).
+    #[arg(long)]
+    expand: bool,
     #[command(flatten)]
     filters: FilterArgs,
 }
@@ -135,7 +139,43 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             println!("{}", present::more_ended(n));
         }
     } else {
-        print!("{}", present::job_table(&jobs));
+        // A sweep is one line with its counts, unless asked to expand or named by its runs.
+        let mut sweeps: Vec<u64> = Vec::new();
+        if !args.expand && args.ids.is_empty() {
+            for job in &jobs {
+                if let Some(s) = job.sweep_id
+                    && !sweeps.contains(&s)
+                {
+                    sweeps.push(s);
+                }
+            }
+        }
+        let mut lines: Vec<crate::api::SweepView> = if sweeps.is_empty() {
+            Vec::new()
+        } else {
+            client()
+                .sweeps()?
+                .into_iter()
+                .filter(|s| sweeps.contains(&s.id))
+                .collect()
+        };
+        lines.sort_by_key(|s| s.id);
+        let shown: Vec<crate::api::JobView> = jobs
+            .into_iter()
+            .filter(|j| !j.sweep_id.is_some_and(|s| lines.iter().any(|l| l.id == s)))
+            .collect();
+        if !shown.is_empty() {
+            print!("{}", present::job_table(&shown));
+        }
+        for sweep in &lines {
+            println!("{}", super::sweep::line(sweep));
+        }
+        if !lines.is_empty() {
+            println!(
+                "(`baton sweep status ID` lists a sweep's runs; `baton status --expand` shows \
+                 them here)"
+            );
+        }
         if let Some(n) = more.filter(|n| *n > 0) {
             println!("{}", present::more_ended(n));
         }

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use baton_core::units::{parse_duration, parse_size};
 
 use super::{UsageError, print_json};
-use crate::api::JobView;
+use crate::api::{JobView, SweepRequest, SweepRuns};
 use crate::edge::connect::{self, client};
 use crate::edge::present;
 use crate::edge::request::{self, Job};
@@ -81,6 +81,35 @@ pub struct Args {
     /// codex[:THREAD], tmux[:PANE], webhook:URL, cmd:COMMAND, file:PATH.
     #[arg(long, value_name = "SPEC")]
     notify: Vec<String>,
+    /// Run the command once per index, as one sweep: Slurm's `--array` syntax (0-99, 1-9:2, a
+    /// list 1,3,5-7, and %K for at most K at once: 0-99%4). `{index}` in the command is the
+    /// index; each run has BATON_ARRAY_INDEX (and SLURM_ARRAY_TASK_ID). Prints the sweep id.
+    #[arg(long, value_name = "SPEC", conflicts_with_all = ["sweep", "sweep_file"])]
+    array: Option<String>,
+    /// Run the command once per combination of values, as one sweep (repeatable: the
+    /// Cartesian product), e.g. `--sweep lr=1e-4,3e-4 --sweep bs=32,64 -- python train.py --lr
+    /// {lr} --bs {bs}`. Each run has BATON_PARAM_<NAME>. Prints the sweep id.
+    #[arg(long, value_name = "NAME=V1,V2,...", conflicts_with = "sweep_file")]
+    sweep: Vec<String>,
+    /// Run the command once per line of FILE, as one sweep: each line a JSON object of
+    /// parameters, e.g. {"lr": 3e-4, "bs": 32}.
+    #[arg(long, value_name = "FILE")]
+    sweep_file: Option<PathBuf>,
+    /// A sweep's runs at most K at once (as --array's %K).
+    #[arg(long, value_name = "K")]
+    max_parallel: Option<u32>,
+    /// The metric a sweep's comparison ranks its runs by, e.g. val_acc or loss:min (default: a
+    /// validation metric if the runs print one, else the loss).
+    #[arg(long, value_name = "METRIC[:max|min]")]
+    rank_by: Option<String>,
+    /// Deliver each run's own report too, not only the sweep's one comparison.
+    #[arg(long)]
+    notify_each: bool,
+    /// When a sweep is clearly broken (its first runs all fail the same way, or half of those
+    /// that ended failed): `continue` (default; you are woken at once) or `stop` (the other
+    /// runs are cancelled too).
+    #[arg(long, value_name = "continue|stop")]
+    on_failure: Option<String>,
     /// An idempotency key: submitting again with the same key (say, after a lost answer)
     /// returns the job the first submission queued instead of a second copy. Without it, one is
     /// made up, so that baton's own retries never queue a job twice.
@@ -168,6 +197,36 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     }
     let req = request::submit_request(job, request::agent_context())
         .map_err(|e| UsageError(e.to_string()))?;
+    if let Some(runs) = sweep_runs(args.array, &args.sweep, args.sweep_file.as_deref())? {
+        let req = SweepRequest {
+            job: req,
+            runs,
+            max_parallel: args.max_parallel,
+            rank_by: args.rank_by,
+            notify_each: args.notify_each,
+            on_failure: args.on_failure,
+        };
+        let sweep = connect::submit_sweep(&client(), &req)?;
+        if json {
+            print_json(&sweep);
+        } else {
+            println!("{}", sweep.id);
+        }
+        eprintln!("{}", sweep_note(&sweep));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let only_for_sweeps = [
+        ("--max-parallel", args.max_parallel.is_some()),
+        ("--rank-by", args.rank_by.is_some()),
+        ("--notify-each", args.notify_each),
+        ("--on-failure", args.on_failure.is_some()),
+    ];
+    if let Some((flag, _)) = only_for_sweeps.iter().find(|(_, given)| *given) {
+        return Err(UsageError(format!(
+            "{flag} is for sweeps: add --array, --sweep or --sweep-file"
+        ))
+        .into());
+    }
     let job = connect::submit(&client(), &req)?;
     if json {
         print_json(&job);
@@ -176,6 +235,65 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     }
     eprintln!("{}", note(&job));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The largest `--sweep-file` read: far above any list of runs written by hand or script
+/// (10,000 runs of a few parameters fit in a tenth of it), well inside the daemon's body limit.
+const MAX_SWEEP_FILE_BYTES: u64 = 4 << 20;
+
+/// The runs `--array`, `--sweep` or `--sweep-file` asked for, if any; a file is read and
+/// checked here, with line and column. How many runs a sweep may have is the daemon's to say.
+fn sweep_runs(
+    array: Option<String>,
+    sweeps: &[String],
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<Option<SweepRuns>> {
+    let usage = |e: baton_core::sweep::SweepError| UsageError(e.to_string());
+    if let Some(spec) = array {
+        // Read here too, so a typo exits 2 before the daemon is asked.
+        baton_core::sweep::parse_array(&spec, u64::MAX).map_err(usage)?;
+        return Ok(Some(SweepRuns::Array { spec }));
+    }
+    if !sweeps.is_empty() {
+        let mut axes = Vec::with_capacity(sweeps.len());
+        for flag in sweeps {
+            axes.push(baton_core::sweep::parse_sweep_flag(flag).map_err(usage)?);
+        }
+        return Ok(Some(SweepRuns::Grid { axes }));
+    }
+    let Some(path) = file else {
+        return Ok(None);
+    };
+    let source = path.display().to_string();
+    let size = std::fs::metadata(path)
+        .map_err(|e| UsageError(format!("--sweep-file {source}: {e}")))?
+        .len();
+    if size > MAX_SWEEP_FILE_BYTES {
+        return Err(UsageError(format!(
+            "--sweep-file {source} is {}, more than the {} a sweep file may be",
+            baton_core::units::format_size(size),
+            baton_core::units::format_size(MAX_SWEEP_FILE_BYTES)
+        ))
+        .into());
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("--sweep-file {source}: {e}")))?;
+    let runs = baton_core::sweep::parse_runs_file(&text, &source, u64::MAX).map_err(usage)?;
+    Ok(Some(SweepRuns::Runs { source, runs }))
+}
+
+/// The note on stderr for a sweep: what was queued, and what will happen when its last run
+/// ends (one comparison report, and whether it wakes the agent).
+fn sweep_note(sweep: &crate::api::SweepView) -> String {
+    let (first, last) = (
+        sweep.jobs.first().copied().unwrap_or(0),
+        sweep.jobs.last().copied().unwrap_or(0),
+    );
+    format!(
+        "baton: {}\nbaton: {}",
+        present::sweep_queued(sweep, first, last),
+        present::sweep_delivery_note(sweep),
+    )
 }
 
 /// What this process's stdin is, when it is something a user may have meant for the job: a

@@ -44,11 +44,21 @@ pub(super) enum Change {
         summary: String,
         channels: Vec<Channel>,
     },
+    /// A sweep's last run ended: its state and its comparison report's deliveries (the report
+    /// is built when they are first sent, once every run's own report is stored).
+    SweepEnd {
+        sweep: u64,
+        state: WorkflowState,
+        at: Millis,
+        /// The run whose end ended it (the report's deliveries ride on its job).
+        last: JobId,
+        channels: Vec<Channel>,
+    },
     /// How one delivery went, and the inbox file that takes over from a session that is gone.
     Delivery {
         id: i64,
         job: JobId,
-        workflow: Option<u64>,
+        subject: crate::store::Subject,
         state: DeliveryState,
         next: Millis,
         error: Option<String>,
@@ -62,7 +72,7 @@ impl Change {
     fn job(&self) -> Option<JobId> {
         match self {
             Change::End { id, .. } | Change::Retry { id, .. } => Some(*id),
-            Change::WorkflowEnd { .. } | Change::Delivery { .. } => None,
+            Change::WorkflowEnd { .. } | Change::SweepEnd { .. } | Change::Delivery { .. } => None,
         }
     }
 
@@ -155,7 +165,13 @@ impl Daemon {
             } => {
                 let end = Transition::End(ending.clone());
                 let mut done = inner.jobs.apply_all(vec![(*id, end)], ending.at, |tx| {
-                    crate::store::insert_deliveries(tx, *id, None, channels, ending.at)
+                    crate::store::insert_deliveries(
+                        tx,
+                        *id,
+                        crate::store::Subject::Job,
+                        channels,
+                        ending.at,
+                    )
                 })?;
                 Ok(Some(done.remove(0).0))
             }
@@ -180,10 +196,20 @@ impl Daemon {
                     .end_workflow(*workflow, *state, *at, *last, channels)?;
                 Ok(None)
             }
+            Change::SweepEnd {
+                sweep,
+                state,
+                at,
+                last,
+                channels,
+            } => {
+                inner.jobs.end_sweep(*sweep, *state, *at, *last, channels)?;
+                Ok(None)
+            }
             Change::Delivery {
                 id,
                 job,
-                workflow,
+                subject,
                 state,
                 next,
                 error,
@@ -193,7 +219,7 @@ impl Daemon {
                 let store = inner.jobs.store_mut();
                 store.record_delivery(*id, *state, *next, error.as_deref(), *at)?;
                 if let Some(inbox) = fallback {
-                    store.add_delivery(*job, *workflow, inbox, *at)?;
+                    store.add_delivery(*job, *subject, inbox, *at)?;
                 }
                 Ok(None)
             }
@@ -209,7 +235,9 @@ impl Daemon {
                 }
             }
             Change::Retry { .. } => self.requeued_for_retry(),
-            Change::WorkflowEnd { .. } | Change::Delivery { .. } => self.outbox_wake.notify_one(),
+            Change::WorkflowEnd { .. } | Change::SweepEnd { .. } | Change::Delivery { .. } => {
+                self.outbox_wake.notify_one()
+            }
         }
     }
 

@@ -118,7 +118,10 @@ impl Daemon {
             } else {
                 // Ended already (a quick job): its deliveries exist, and one may have gone out.
                 let rows: Vec<Delivery> = match inner.jobs.store().deliveries(job.id) {
-                    Ok(rows) => rows.into_iter().filter(|d| d.workflow.is_none()).collect(),
+                    Ok(rows) => rows
+                        .into_iter()
+                        .filter(|d| d.subject == crate::store::Subject::Job)
+                        .collect(),
                     Err(e) => {
                         claims.push(claim(false, e.to_string()));
                         continue;
@@ -160,7 +163,10 @@ impl Daemon {
             let job = self.readable_job(peer, JobId(id), "wake-ups")?;
             let rows = self.lock().jobs.store().deliveries(job.id)?;
             // The job's own report: the hook prints no workflow summary.
-            for d in rows.into_iter().filter(|d| d.workflow.is_none()) {
+            for d in rows
+                .into_iter()
+                .filter(|d| d.subject == crate::store::Subject::Job)
+            {
                 let mine =
                     matches!(d.channel, Channel::ClaudeHook { pid, .. } if Some(pid) == peer.pid);
                 if mine && matches!(d.state, DeliveryState::Pending | DeliveryState::Standby) {
@@ -267,7 +273,7 @@ mod tests {
         Delivery {
             id,
             job: JobId(1),
-            workflow: None,
+            subject: crate::store::Subject::Job,
             channel,
             state,
             attempts: 0,

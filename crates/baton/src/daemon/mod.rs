@@ -14,6 +14,7 @@ mod outbox;
 mod place;
 mod retention;
 mod server;
+mod sweeps;
 mod views;
 
 use std::collections::{HashMap, HashSet};
@@ -65,6 +66,8 @@ pub struct Config {
     pub containment: Method,
     /// How far `--retries` may go and how long a retry waits (`[retries]`).
     pub retries: crate::config::RetrySettings,
+    /// How big a sweep may be and when it counts as broken (`[sweeps]`).
+    pub sweeps: crate::config::SweepSettings,
     /// What users of a shared daemon may ask for (`[limits]`).
     pub limits: crate::config::LimitSettings,
     /// What one connection may hold and for how long (`[limits]`).
@@ -90,6 +93,7 @@ impl Config {
                 why: "a test".into(),
             },
             retries: Default::default(),
+            sweeps: Default::default(),
             limits: Default::default(),
             connections: crate::config::LimitSettings::default().connection_limits(),
             host: crate::config::ResourceSettings::default()
@@ -161,6 +165,8 @@ pub(crate) struct Inner {
     monitor: monitor::MonitorState,
     /// Changes the store could not commit yet, retried until it does.
     unrecorded: durable::Unrecorded,
+    /// What the comparison needs of the runs of active sweeps that have ended.
+    sweep_runs: sweeps::SweepRuns,
 }
 
 /// How far back ended jobs count for fair share (seven half-lives: what is older weighs < 1%).
@@ -240,6 +246,7 @@ impl Daemon {
                 recent_uses,
                 monitor: monitor_state,
                 unrecorded: Default::default(),
+                sweep_runs: Default::default(),
             }),
             wake: Notify::new(),
             changed: watch::Sender::new(0),
@@ -467,15 +474,17 @@ impl Daemon {
         if inner.unrecorded.jobs.contains(&id) {
             return; // its end waits to be recorded already
         }
-        let channels = match inner.jobs.get(id) {
-            Some(job) if job.notify.is_empty() => {
-                // Queued before reports existed: the inbox file, as `auto` always includes.
-                vec![crate::notify::Channel::File {
-                    path: self.inbox_for(job.owner_uid, &job.env),
-                }]
-            }
-            Some(job) => job.notify.clone(),
-            None => return, // ended already
+        let Some(job) = inner.jobs.get(id) else {
+            return; // ended already
+        };
+        let channels = match self.run_channels(inner, job) {
+            // A sweep's run: its sweep's comparison is delivered, not each run's report.
+            Some(none) => none,
+            // Queued before reports existed: the inbox file, as `auto` always includes.
+            None if job.notify.is_empty() => vec![crate::notify::Channel::File {
+                path: self.inbox_for(job.owner_uid, &job.env),
+            }],
+            None => job.notify.clone(),
         };
         self.record_change(
             inner,
@@ -514,6 +523,9 @@ impl Daemon {
         if let Some(w) = job.workflow_id {
             self.workflow_task_ended(inner, w, id, at);
         }
+        if let Some(run) = &job.sweep {
+            self.sweep_run_ended(inner, run.id, id, at);
+        }
         tracing::info!(job = id.0, state = %job.state(), reason = job.reason().unwrap_or(""), "job ended");
         self.notify_changed();
         self.wake();
@@ -526,6 +538,7 @@ impl Daemon {
         {
             tracing::error!(workflow = w, "cannot record the start: {e}");
         }
+        self.sweep_run_started(inner, job);
     }
 
     /// Ends a workflow once its last task has ended: succeeded if every task did, cancelled if
@@ -693,6 +706,23 @@ pub(crate) fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<Scheduling
     // The GPUs of the jobs queued jobs depend on or want to be with: where their data is.
     let mut placed: HashMap<JobId, Vec<u32>> = HashMap::new();
     let mut missing = Vec::new();
+    // Sweeps that cap their runs at once: how many of each run now (`--max-parallel`).
+    let mut sweep_running: HashMap<u64, u32> = inner
+        .jobs
+        .sweeps()
+        .filter(|s| s.max_parallel.is_some())
+        .map(|s| (s.id, 0))
+        .collect();
+    if !sweep_running.is_empty() {
+        for job in inner.jobs.active() {
+            if let Some(run) = &job.sweep
+                && (job.state() == JobState::Running || job.reserved().is_some())
+                && let Some(n) = sweep_running.get_mut(&run.id)
+            {
+                *n += 1;
+            }
+        }
+    }
     for job in inner.jobs.active() {
         match job.state() {
             JobState::Running => running.push(RunningJob {
@@ -728,6 +758,14 @@ pub(crate) fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<Scheduling
                         critical_path: job.critical_path,
                         not_before: job.not_before(),
                         begin: job.begin_at,
+                        throttle: job.sweep.as_ref().and_then(|run| {
+                            let sweep = inner.jobs.sweep(run.id)?;
+                            Some(baton_core::Throttle {
+                                group: run.id,
+                                max: sweep.max_parallel?,
+                                running: *sweep_running.get(&run.id)?,
+                            })
+                        }),
                         ..PendingJob::new(
                             job.id,
                             job.priority,

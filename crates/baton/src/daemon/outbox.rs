@@ -19,7 +19,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::{Daemon, Inner, now_ms};
 use crate::notify::{self, Channel, Message, Outcome};
 use crate::report::{self, Built};
-use crate::store::{Delivery, DeliveryState, JobRecord};
+use crate::store::{Delivery, DeliveryState, JobRecord, Subject};
 use crate::users;
 
 /// Deliveries picked up per turn of the loop.
@@ -154,6 +154,7 @@ impl Daemon {
                     // Not kept: the next reader builds it again and retries the store.
                     Err(e) => tracing::error!(job = id.0, "cannot store the report: {e}"),
                 }
+                self.sweep_run_reported(&job, &built.report);
                 Some(built)
             }
             Ok(None) => None,
@@ -287,15 +288,28 @@ impl Daemon {
                 let sends = deliveries.iter().map(|d| {
                     let (me, job, msg) = (&self, &job, &msg);
                     async move {
-                        // A workflow's summary rides on its last task's deliveries.
-                        let summary = d.workflow.map(|w| me.workflow_message(w, job));
-                        let outcome = match summary {
-                            Some(Some(summary)) => {
-                                me.deliver_as_owner(job, &d.channel, &summary).await
-                            }
-                            Some(None) => {
-                                Outcome::Failed("the workflow's summary is missing".into())
-                            }
+                        // A workflow's summary and a sweep's comparison or alert ride on the
+                        // deliveries of the job whose end brought them.
+                        let other = match d.subject {
+                            Subject::Job => None,
+                            Subject::Workflow(w) => Some(
+                                me.workflow_message(w, job)
+                                    .ok_or("the workflow's summary is missing"),
+                            ),
+                            Subject::Sweep(s) => Some(
+                                me.sweep_message(s, job, false)
+                                    .await
+                                    .ok_or("the sweep's comparison report could not be built"),
+                            ),
+                            Subject::SweepAlert(s) => Some(
+                                me.sweep_message(s, job, true)
+                                    .await
+                                    .ok_or("the sweep's alert is missing"),
+                            ),
+                        };
+                        let outcome = match other {
+                            Some(Ok(other)) => me.deliver_as_owner(job, &d.channel, &other).await,
+                            Some(Err(why)) => Outcome::Failed(why.into()),
                             None => me.deliver_as_owner(job, &d.channel, msg).await,
                         };
                         me.record(job, d, outcome);
@@ -430,7 +444,7 @@ impl Daemon {
             super::durable::Change::Delivery {
                 id: d.id,
                 job: job.id,
-                workflow: d.workflow,
+                subject: d.subject,
                 state,
                 next,
                 error: error.map(str::to_string),
@@ -589,7 +603,13 @@ mod tests {
         };
         store
             .apply_all(&[(&job, Transition::End(ending))], now_ms(), |tx| {
-                crate::store::insert_deliveries(tx, job.id, None, &[channel], now_ms())
+                crate::store::insert_deliveries(
+                    tx,
+                    job.id,
+                    crate::store::Subject::Job,
+                    &[channel],
+                    now_ms(),
+                )
             })
             .unwrap();
         (job.id, inbox)

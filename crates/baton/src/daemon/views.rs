@@ -89,6 +89,8 @@ pub fn job_view(job: &JobRecord) -> JobView {
             .filter(|n| !n.is_empty()),
         slurm_state: job.slurm_state().map(str::to_string),
         wakes_caller: job.notify.iter().any(|c| c.can_wake()),
+        sweep_id: job.sweep.as_ref().map(|r| r.id),
+        sweep_index: job.sweep.as_ref().map(|r| r.index),
         private: false,
     }
 }

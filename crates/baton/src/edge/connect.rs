@@ -38,6 +38,14 @@ pub fn submit(client: &Client, request: &SubmitRequest) -> Result<JobView, Clien
     client.submit(request, &|| start_daemon(client))
 }
 
+/// Queues a sweep, starting the user's daemon if none runs (as [`submit`]).
+pub fn submit_sweep(
+    client: &Client,
+    request: &crate::api::SweepRequest,
+) -> Result<crate::api::SweepView, ClientError> {
+    client.submit_sweep(request, &|| start_daemon(client))
+}
+
 /// Starts a user daemon in the background and waits (at most 10 s) until it answers. Only the
 /// user's own socket is ever auto-started: a system socket or an explicit `BATON_SOCKET` that
 /// nobody serves is reported instead.

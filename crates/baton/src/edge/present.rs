@@ -589,6 +589,67 @@ pub fn delivery_note(job: &JobView, from_shell: bool) -> String {
     }
 }
 
+/// What was queued for a sweep: its id and name, its runs' jobs, its cap.
+pub fn sweep_queued(sweep: &crate::api::SweepView, first: u64, last: u64) -> String {
+    let cap = match sweep.max_parallel {
+        Some(k) => format!(", at most {k} at once"),
+        None => String::new(),
+    };
+    let jobs = if first == last {
+        format!("job {first}")
+    } else {
+        format!("jobs {first}-{last}")
+    };
+    format!(
+        "queued sweep {} ({}): {} run{} as {jobs}{cap}. `baton sweep status {}` shows each run's parameters, state and final metrics.",
+        sweep.id,
+        sweep.name,
+        sweep.runs,
+        if sweep.runs == 1 { "" } else { "s" },
+        sweep.id
+    )
+}
+
+/// What happens when a sweep's last run ends: one comparison report goes through its channels
+/// (each run's report only with `--notify-each`), and whether that wakes the agent; and the
+/// early alert when it is clearly broken.
+pub fn sweep_delivery_note(sweep: &crate::api::SweepView) -> String {
+    let each = if sweep.notify_each {
+        "each run's report and, "
+    } else {
+        ""
+    };
+    let stop = if sweep.on_failure == "stop" {
+        "; if it is clearly broken (its first runs all fail the same way), the other runs are \
+         cancelled and you hear of it at once"
+    } else {
+        "; if it is clearly broken (its first runs all fail the same way), you hear of it at \
+         once, and the other runs go on"
+    };
+    if sweep.wakes_caller {
+        format!(
+            "{each}when the last run ends, one comparison report of all the runs goes to {}{stop}. \
+             If you are an agent in that session, you will be woken with it: no need to poll, \
+             sleep or check on the runs. `baton sweep wait {}` blocks until the end and prints it.",
+            sweep.notify.join(", "),
+            sweep.id
+        )
+    } else {
+        let goes_to = if sweep.notify.is_empty() {
+            "is stored with the sweep".to_string()
+        } else {
+            format!("goes to {}", sweep.notify.join(", "))
+        };
+        format!(
+            "{each}when the last run ends, one comparison report of all the runs {goes_to}{stop}. \
+             Nothing there wakes an agent (this environment has no Claude Code inbox, Codex \
+             thread or tmux pane). If you are an agent and need the result, run `baton sweep \
+             wait {}` in the background (it returns with the comparison when the last run ends).",
+            sweep.id
+        )
+    }
+}
+
 /// The same for a workflow just submitted: each task's report and the workflow's summary go
 /// through the tasks' channels.
 pub fn workflow_delivery_note(wf: &crate::api::WorkflowView) -> String {

@@ -19,7 +19,10 @@ pub enum FileError {
         error: std::io::Error,
     },
     #[error("{shown}: {error}")]
-    Invalid { shown: String, error: WorkflowError },
+    Invalid {
+        shown: String,
+        error: Box<WorkflowError>,
+    },
 }
 
 /// Reads a workflow file and checks it as the daemon will ([`check`]). A file over the size
@@ -31,9 +34,9 @@ pub fn read(file: &Path, shown: &str) -> Result<String, FileError> {
     };
     let too_large = |bytes: u64| FileError::Invalid {
         shown: shown.to_string(),
-        error: WorkflowError::TooLarge {
+        error: Box::new(WorkflowError::TooLarge {
             bytes: bytes as usize,
-        },
+        }),
     };
     let size = std::fs::metadata(file).map_err(unreadable)?.len();
     if size > MAX_FILE_BYTES as u64 {
@@ -57,7 +60,7 @@ pub fn check(shown: &str, text: &str) -> Result<(), FileError> {
         .map(drop)
         .map_err(|error| FileError::Invalid {
             shown: shown.to_string(),
-            error,
+            error: Box::new(error),
         })
 }
 
@@ -91,10 +94,8 @@ mod tests {
         assert!(
             matches!(
                 &err,
-                FileError::Invalid {
-                    error: WorkflowError::TooLarge { bytes },
-                    ..
-                } if *bytes == text.len()
+                FileError::Invalid { error, .. }
+                    if matches!(**error, WorkflowError::TooLarge { bytes } if bytes == text.len())
             ),
             "{err:?}"
         );

@@ -193,6 +193,16 @@ pub fn job_env(
     if let Some(task) = &job.task {
         env.insert("BATON_TASK".into(), task.clone());
     }
+    // A sweep's run: its sweep, its index (also as Slurm's, for scripts written for arrays)
+    // and each parameter.
+    if let Some(run) = &job.sweep {
+        env.insert("BATON_SWEEP_ID".into(), run.id.to_string());
+        env.insert("BATON_ARRAY_ID".into(), run.id.to_string());
+        env.insert("BATON_ARRAY_INDEX".into(), run.index.to_string());
+        env.insert("SLURM_ARRAY_TASK_ID".into(), run.index.to_string());
+    }
+    // A sweep's run's parameters, or a workflow matrix task's.
+    env.extend(baton_core::sweep::param_env(&job.params));
     env.insert(
         super::contain::KEY_VAR.into(),
         format!("{tag}.{}.{attempt}", job.id),

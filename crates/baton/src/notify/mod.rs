@@ -167,6 +167,63 @@ impl Message {
 }
 
 impl Message {
+    /// A sweep's comparison report once its last run ended, or (`alert`) its early alert
+    /// while runs remain, sent through the sweep's channels. `anchor` is the run whose end (or
+    /// report) brought it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sweep(
+        sweep: u64,
+        name: &str,
+        state: &str,
+        alert: bool,
+        anchor: u64,
+        markdown: &str,
+        path: &str,
+        cwd: &str,
+        env: BTreeMap<String, String>,
+    ) -> Message {
+        let name = sanitize_line(name.as_bytes());
+        let (what, event, end) = if alert {
+            (
+                format!(
+                    "[baton] sweep {sweep} ({name}) looks broken. This is baton's automatic early alert, not a request; it follows below and is stored at {path}."
+                ),
+                "sweep.alert",
+                format!("[end of baton alert for sweep {sweep}]"),
+            )
+        } else {
+            (
+                format!(
+                    "[baton] sweep {sweep} ({name}) ended: {state}. This is baton's automatic comparison of its runs, not a request; it follows below and is stored at {path}."
+                ),
+                "sweep.ended",
+                format!("[end of baton report for sweep {sweep}]"),
+            )
+        };
+        let text = format!("{what}\n\n{}\n{end}", markdown.trim_end());
+        let json = serde_json::json!({
+            "event": event,
+            "sweep_id": sweep,
+            "name": name,
+            "state": state,
+            "report_path": path,
+            "markdown": markdown,
+        })
+        .to_string();
+        Message {
+            job: anchor,
+            state: state.to_string(),
+            exit_code: None,
+            text,
+            markdown: markdown.to_string(),
+            json,
+            report_path: path.to_string(),
+            env,
+            cwd: cwd.to_string(),
+            end,
+        }
+    }
+
     /// A notice about a running job from baton's GPU waste rules (it sits idle, it will be
     /// stopped), sent through the job's channels.
     pub fn notice(job: &Noticed<'_>, line: &str, env: &BTreeMap<String, String>) -> Message {

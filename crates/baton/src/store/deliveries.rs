@@ -18,8 +18,9 @@ use crate::notify::Channel;
 pub struct Delivery {
     pub id: i64,
     pub job: JobId,
-    /// Set for a workflow's summary (sent when `job`, its last task, ended).
-    pub workflow: Option<u64>,
+    /// What it carries: the job's report, or its workflow's summary or its sweep's comparison
+    /// (sent when `job`, the last of them, ended) or its sweep's early alert.
+    pub subject: Subject,
     pub channel: Channel,
     pub state: DeliveryState,
     pub attempts: u32,
@@ -31,6 +32,40 @@ pub struct Delivery {
 }
 
 pub use crate::api::DeliveryState;
+
+/// What a delivery carries: the job's own report, or a message about the unit the job is part
+/// of, anchored on the job whose end (or report) brought it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subject {
+    Job,
+    /// The workflow's summary, on its last task.
+    Workflow(u64),
+    /// The sweep's comparison report, on its last run.
+    Sweep(u64),
+    /// The sweep's early alert ("clearly broken"), on the run whose report showed it.
+    SweepAlert(u64),
+}
+
+impl Subject {
+    /// Its `workflow_id`, `sweep_id` and `kind` columns.
+    fn columns(self) -> (Option<i64>, Option<i64>, &'static str) {
+        match self {
+            Subject::Job => (None, None, "end"),
+            Subject::Workflow(w) => (Some(w as i64), None, "end"),
+            Subject::Sweep(s) => (None, Some(s as i64), "end"),
+            Subject::SweepAlert(s) => (None, Some(s as i64), "alert"),
+        }
+    }
+
+    fn read(workflow: Option<i64>, sweep: Option<i64>, kind: &str) -> Subject {
+        match (workflow, sweep) {
+            (Some(w), _) => Subject::Workflow(w as u64),
+            (None, Some(s)) if kind == "alert" => Subject::SweepAlert(s as u64),
+            (None, Some(s)) => Subject::Sweep(s as u64),
+            (None, None) => Subject::Job,
+        }
+    }
+}
 
 columns!(
     /// The columns of `deliveries` a `Delivery` is read from.
@@ -45,6 +80,8 @@ columns!(
         delivered_at,
         workflow_id,
         after_id,
+        sweep_id,
+        kind,
     }
 );
 
@@ -96,7 +133,11 @@ impl Store {
                 Delivery {
                     id: r.get(c.id)?,
                     job: JobId(job),
-                    workflow: r.get::<_, Option<i64>>(c.workflow_id)?.map(|w| w as u64),
+                    subject: Subject::read(
+                        r.get(c.workflow_id)?,
+                        r.get(c.sweep_id)?,
+                        &r.get::<_, String>(c.kind)?,
+                    ),
                     channel: Channel::File {
                         path: String::new(),
                     },
@@ -227,27 +268,30 @@ impl Store {
     pub fn add_delivery(
         &mut self,
         job: JobId,
-        workflow: Option<u64>,
+        subject: Subject,
         channel: &Channel,
         now: Millis,
     ) -> Result<bool, StoreError> {
         let existing = self.deliveries(job)?;
         if existing
             .iter()
-            .any(|d| &d.channel == channel && d.workflow == workflow)
+            .any(|d| &d.channel == channel && d.subject == subject)
         {
             return Ok(false);
         }
+        let (workflow, sweep, kind) = subject.columns();
         self.conn
             .prepare_cached(
-                "INSERT INTO deliveries (job_id, channel, state, next_at, workflow_id) \
-                 VALUES (?1, ?2, 'pending', ?3, ?4)",
+                "INSERT INTO deliveries (job_id, channel, state, next_at, workflow_id, sweep_id, \
+                 kind) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6)",
             )?
             .execute(params![
                 job.0 as i64,
                 json(channel),
                 now,
-                workflow.map(|w| w as i64)
+                workflow,
+                sweep,
+                kind
             ])?;
         Ok(true)
     }
@@ -278,10 +322,11 @@ pub(crate) fn supersede_deliveries(
 pub(crate) fn insert_deliveries(
     tx: &rusqlite::Transaction<'_>,
     job: JobId,
-    workflow: Option<u64>,
+    subject: Subject,
     channels: &[Channel],
     at: Millis,
 ) -> Result<(), StoreError> {
+    let (workflow, sweep, kind) = subject.columns();
     let mut previous_link: Option<i64> = None;
     for channel in channels {
         let after = if channel.is_session() {
@@ -295,16 +340,18 @@ pub(crate) fn insert_deliveries(
             DeliveryState::Pending
         };
         tx.prepare_cached(
-            "INSERT INTO deliveries (job_id, channel, state, next_at, workflow_id, after_id) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO deliveries (job_id, channel, state, next_at, workflow_id, after_id, \
+             sweep_id, kind) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?
         .execute(params![
             job.0 as i64,
             json(channel),
             state.as_str(),
             at,
-            workflow.map(|w| w as i64),
-            after
+            workflow,
+            after,
+            sweep,
+            kind
         ])?;
         if channel.is_session() {
             previous_link = Some(tx.last_insert_rowid());
@@ -380,7 +427,13 @@ mod tests {
             let ending = Ending::succeeded(10);
             store
                 .apply_all(&[(&job, Transition::End(ending))], 10, |tx| {
-                    crate::store::insert_deliveries(tx, job.id, None, &channels, 10)
+                    crate::store::insert_deliveries(
+                        tx,
+                        job.id,
+                        crate::store::Subject::Job,
+                        &channels,
+                        10,
+                    )
                 })
                 .unwrap();
             let ids: Vec<i64> = store
@@ -489,7 +542,7 @@ mod tests {
                         crate::store::insert_deliveries(
                             tx,
                             job.id,
-                            None,
+                            crate::store::Subject::Job,
                             &[webhook.clone(), file.clone()],
                             at,
                         )
@@ -546,7 +599,7 @@ mod tests {
         );
         assert!(second.iter().all(|d| first.iter().all(|f| f.id != d.id)));
         assert_eq!(store.due_deliveries(20, 10).unwrap().len(), 2);
-        assert!(!store.add_delivery(job.id, None, &file, 21).unwrap());
+        assert!(!store.add_delivery(job.id, Subject::Job, &file, 21).unwrap());
     }
 
     #[test]
@@ -558,8 +611,16 @@ mod tests {
             path: "/tmp/inbox.md".into(),
         };
         assert_eq!(store.next_delivery_at().unwrap(), None);
-        assert!(store.add_delivery(job, Some(4), &file, 20).unwrap());
-        assert!(!store.add_delivery(job, Some(4), &file, 21).unwrap());
+        assert!(
+            store
+                .add_delivery(job, Subject::Workflow(4), &file, 20)
+                .unwrap()
+        );
+        assert!(
+            !store
+                .add_delivery(job, Subject::Workflow(4), &file, 21)
+                .unwrap()
+        );
         assert_eq!(store.next_delivery_at().unwrap(), Some(20));
         let id = store.deliveries(job).unwrap()[0].id;
         store
@@ -570,7 +631,7 @@ mod tests {
             [Delivery {
                 id,
                 job,
-                workflow: Some(4),
+                subject: Subject::Workflow(4),
                 channel: file,
                 state: DeliveryState::Delivered,
                 attempts: 1,

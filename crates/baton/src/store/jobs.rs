@@ -53,6 +53,10 @@ pub struct JobRecord {
     pub begin_at: Option<Millis>,
     /// The file its stdin reads (`--stdin`); else /dev/null.
     pub stdin: Option<String>,
+    /// Its place in a sweep or array (`submit --array/--sweep`).
+    pub sweep: Option<SweepRun>,
+    /// The parameters it runs with: a sweep's run's, or a workflow matrix task's.
+    pub params: baton_core::sweep::Params,
     /// Its status and attempts: private, so that only the store (from a transition) makes it.
     life: Life,
 }
@@ -83,6 +87,16 @@ pub struct NewJob {
     pub stdin: Option<String>,
     /// Queued held by this user (`submit --hold`).
     pub held_by: Option<String>,
+    pub sweep: Option<SweepRun>,
+    pub params: baton_core::sweep::Params,
+}
+
+/// A job's place in its sweep: the sweep and its index (the array index; for a sweep its
+/// 0-based position).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SweepRun {
+    pub id: u64,
+    pub index: u32,
 }
 
 impl std::fmt::Debug for JobRecord {
@@ -113,6 +127,8 @@ impl std::fmt::Debug for JobRecord {
             colocate,
             begin_at,
             stdin,
+            sweep,
+            params,
             life,
         } = self;
         f.debug_struct("JobRecord")
@@ -139,6 +155,8 @@ impl std::fmt::Debug for JobRecord {
             .field("colocate", colocate)
             .field("begin_at", begin_at)
             .field("stdin", stdin)
+            .field("sweep", sweep)
+            .field("params", params)
             .field("life", life)
             .finish()
     }
@@ -169,6 +187,8 @@ impl std::fmt::Debug for NewJob {
             begin_at,
             stdin,
             held_by,
+            sweep,
+            params,
         } = self;
         f.debug_struct("NewJob")
             .field("name", name)
@@ -193,6 +213,8 @@ impl std::fmt::Debug for NewJob {
             .field("begin_at", begin_at)
             .field("stdin", stdin)
             .field("held_by", held_by)
+            .field("sweep", sweep)
+            .field("params", params)
             .finish()
     }
 }
@@ -260,6 +282,8 @@ impl JobRecord {
             colocate,
             begin_at,
             stdin,
+            sweep,
+            params,
             life,
         } = self;
         JobRecord {
@@ -286,6 +310,8 @@ impl JobRecord {
             colocate: colocate.clone(),
             begin_at: *begin_at,
             stdin: stdin.clone(),
+            sweep: *sweep,
+            params: params.clone(),
             life: life.clone(),
         }
     }
@@ -473,6 +499,8 @@ impl NewJob {
             begin_at: None,
             stdin: None,
             held_by: None,
+            sweep: None,
+            params: Vec::new(),
         }
     }
 }
@@ -523,6 +551,9 @@ columns!(
         held_by,
         begin_at,
         stdin,
+        sweep_id,
+        sweep_index,
+        params,
     }
 );
 
@@ -571,6 +602,8 @@ impl Store {
             colocate: Vec::new(),
             begin_at: job.begin_at,
             stdin: job.stdin.clone(),
+            sweep: job.sweep,
+            params: job.params.clone(),
             life: submitted_life(job),
         })
     }
@@ -913,9 +946,9 @@ pub(super) fn insert_job(
         "INSERT INTO jobs (name, state, command, cwd, env, owner_uid, owner, priority, \
          gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus, umask, \
          notify, session, workflow_id, task, critical_path_ms, cpus, mem, begin_at, stdin, held_by, \
-         reason) \
+         reason, sweep_id, sweep_index, params) \
          VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]', ?15, ?16, ?17, \
-         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
+         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
     )?
     .execute(params![
         default_name(job),
@@ -944,6 +977,9 @@ pub(super) fn insert_job(
         job.stdin,
         job.held_by,
         job.held_by.as_deref().map(baton_core::lifecycle::held_reason),
+        job.sweep.as_ref().map(|s| s.id as i64),
+        job.sweep.as_ref().map(|s| s.index),
+        (!job.params.is_empty()).then(|| json(&job.params)),
     ])?;
     let id = tx.last_insert_rowid() as u64;
     log_event(tx, id, job.submitted_at, "submitted", &job.owner)?;
@@ -1081,6 +1117,17 @@ fn read_row(r: &Row<'_>, c: &JobColumns) -> rusqlite::Result<Result<JobRecord, S
                 .collect(),
             begin_at: r.get(c.begin_at)?,
             stdin: r.get(c.stdin)?,
+            sweep: match r.get::<_, Option<i64>>(c.sweep_id)? {
+                Some(sweep) => Some(SweepRun {
+                    id: sweep as u64,
+                    index: r.get::<_, Option<u32>>(c.sweep_index)?.unwrap_or(0),
+                }),
+                None => None,
+            },
+            params: match r.get::<_, Option<String>>(c.params)? {
+                Some(t) => serde_json::from_str(&t).map_err(|e| corrupt(format!("params: {e}")))?,
+                None => Vec::new(),
+            },
             life,
         })
     };
@@ -1360,7 +1407,13 @@ mod tests {
         };
         store
             .apply_all(&[(&running, Transition::End(end))], 5_000, |tx| {
-                crate::store::insert_deliveries(tx, job.id, None, &job.notify, 5_000)
+                crate::store::insert_deliveries(
+                    tx,
+                    job.id,
+                    crate::store::Subject::Job,
+                    &job.notify,
+                    5_000,
+                )
             })
             .unwrap();
         let ended = store.get(job.id).unwrap().unwrap();

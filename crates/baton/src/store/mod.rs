@@ -54,9 +54,10 @@ mod jobs;
 mod monitor;
 mod names;
 mod schema;
+mod sweeps;
 mod workflows;
 
-pub use deliveries::{Delivery, DeliveryState};
+pub use deliveries::{Delivery, DeliveryState, Subject};
 pub(crate) use deliveries::{insert_deliveries, supersede_deliveries};
 // No caller names `Event` today (they take it from `events()`), but it stays where it was.
 #[allow(unused_imports)]
@@ -66,6 +67,7 @@ pub use jobs::{JobRecord, NewJob, SpecChange, default_name};
 pub use monitor::{AuditEntry, GpuMinuteSample, JobGpuSample, JobGpuUsage};
 pub use names::{NamedJob, is_glob};
 pub use rusqlite::Transaction;
+pub use sweeps::{NewSweep, OnFailure, SweepRecord};
 pub use workflows::{NewTask, NewWorkflow, WorkflowRecord};
 
 use std::path::Path;
@@ -182,6 +184,8 @@ mod tests {
             begin_at: Some(5_000),
             stdin: Some("/tmp/input.txt".into()),
             held_by: None,
+            sweep: None,
+            params: Vec::new(),
         }
     }
 

@@ -158,6 +158,37 @@ const MIGRATIONS: &[&str] = &[
     // (`superseded_at`): none still waiting is sent, and only the current end's are read back
     // (the report's deliveries, the hook's claim, the inbox fallback's check for a duplicate).
     "ALTER TABLE deliveries ADD COLUMN superseded_at INTEGER;",
+    // 14: sweeps and arrays (issue 16): many runs of one command, one unit with one comparison
+    // report. Each run is a job that knows its sweep, its index and its parameters; the
+    // sweep's report (and its early alert, `kind = 'alert'`) rides on a run's deliveries.
+    "CREATE TABLE sweeps (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        param_names TEXT NOT NULL,
+        state TEXT NOT NULL,
+        owner_uid INTEGER NOT NULL,
+        owner TEXT NOT NULL,
+        submitted_at INTEGER NOT NULL,
+        ended_at INTEGER,
+        runs INTEGER NOT NULL,
+        max_parallel INTEGER,
+        rank_by TEXT,
+        notify_each INTEGER NOT NULL DEFAULT 0,
+        on_failure TEXT NOT NULL DEFAULT 'continue',
+        notify TEXT NOT NULL DEFAULT '[]',
+        alerted_at INTEGER,
+        request_id TEXT
+    );
+    CREATE INDEX sweeps_active ON sweeps (state) WHERE state IN ('queued', 'running');
+    CREATE UNIQUE INDEX sweeps_request ON sweeps (owner_uid, request_id)
+        WHERE request_id IS NOT NULL;
+    ALTER TABLE jobs ADD COLUMN sweep_id INTEGER;
+    ALTER TABLE jobs ADD COLUMN sweep_index INTEGER;
+    ALTER TABLE jobs ADD COLUMN params TEXT;
+    CREATE INDEX jobs_sweep ON jobs (sweep_id) WHERE sweep_id IS NOT NULL;
+    ALTER TABLE deliveries ADD COLUMN sweep_id INTEGER;
+    ALTER TABLE deliveries ADD COLUMN kind TEXT NOT NULL DEFAULT 'end';",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

@@ -241,7 +241,7 @@ impl Store {
         let tx = self.conn.transaction()?;
         tx.prepare_cached("UPDATE workflows SET state = ?1, ended_at = ?2 WHERE id = ?3")?
             .execute(params![state.as_str(), at, id as i64])?;
-        insert_deliveries(&tx, anchor, Some(id), channels, at)?;
+        insert_deliveries(&tx, anchor, super::Subject::Workflow(id), channels, at)?;
         tx.commit()?;
         Ok(())
     }

@@ -22,6 +22,7 @@ mod signal;
 mod slurm;
 mod stats;
 mod submit;
+mod sweep;
 mod update;
 mod wait;
 mod workflow;
@@ -68,7 +69,11 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
             post(workflow::submit).get(workflow_list::handle),
         )
         .route("/workflows/{id}", get(workflow::status))
-        .route("/workflows/{id}/cancel", post(workflow::cancel));
+        .route("/workflows/{id}/cancel", post(workflow::cancel))
+        .route("/sweeps", post(sweep::submit).get(sweep::list))
+        .route("/sweeps/{id}", get(sweep::status))
+        .route("/sweeps/{id}/cancel", post(sweep::cancel))
+        .route("/sweeps/{id}/wait", post(sweep::wait));
     let app = Router::new()
         .nest(crate::api::PREFIX, v1)
         .route("/metrics", get(metrics::handle))

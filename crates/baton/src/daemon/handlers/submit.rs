@@ -140,7 +140,10 @@ impl Daemon {
 
 /// The submission's idempotency key, from its body or its `Idempotency-Key` header (they must
 /// agree when both are given).
-fn request_id(headers: &HeaderMap, in_body: Option<&str>) -> Result<Option<String>, ApiError> {
+pub(super) fn request_id(
+    headers: &HeaderMap,
+    in_body: Option<&str>,
+) -> Result<Option<String>, ApiError> {
     let in_header = match headers.get("idempotency-key") {
         Some(v) => Some(v.to_str().map_err(|_| {
             ApiError::BadRequest("the Idempotency-Key header must be plain text".into())
@@ -319,6 +322,8 @@ pub(super) fn validate(
         begin_at: req.begin_at_ms,
         stdin: req.stdin,
         held_by: req.hold.then(|| owner.clone()),
+        sweep: None,
+        params: Vec::new(),
         notify,
         session,
         workflow_id: None,

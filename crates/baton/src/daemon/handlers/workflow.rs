@@ -141,6 +141,8 @@ pub async fn submit(
                     begin_at: None,
                     stdin: None,
                     held_by: None,
+                    sweep: None,
+                    params: task.params.clone(),
                 };
                 NewTask {
                     job,

@@ -1,0 +1,188 @@
+//! `baton sweep status ID | list | cancel ID | wait ID`: sweeps and arrays as one unit (issue
+//! 16). They are queued by `baton submit --array/--sweep/--sweep-file`; here is how to look at
+//! one, stop one, and block until its comparison report is ready.
+
+use std::process::ExitCode;
+
+use super::print_json;
+use crate::api::SweepView;
+use crate::edge::connect::client;
+use crate::edge::request;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// A sweep's runs, one row each: parameters, state and final metrics, in the sweep's order;
+    /// with --report, the comparison report instead.
+    Status {
+        /// The sweep id (printed by `baton submit --array/--sweep`).
+        id: u64,
+        /// Print the comparison report (as delivered at the end; so far, while runs remain).
+        #[arg(long)]
+        report: bool,
+    },
+    /// Every sweep, newest first, one line each with its counts.
+    List,
+    /// Cancel every run of a sweep that has not ended.
+    Cancel {
+        /// The sweep id.
+        id: u64,
+        /// Even runs another agent session submitted.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Block until the sweep's last run has ended, then print its comparison report. Exits 0 if
+    /// every run succeeded, 1 if not.
+    Wait {
+        /// The sweep id.
+        id: u64,
+        /// Give up after this long (e.g. 30m), exiting 124 with the sweep as it stands.
+        #[arg(long, value_parser = baton_core::units::parse_duration, value_name = "DUR")]
+        timeout: Option<i64>,
+    },
+}
+
+pub fn run(command: Command, json: bool) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Status { id, report } => {
+            let sweep = client().sweep(id)?;
+            if json {
+                print_json(&sweep);
+            } else if report {
+                print!("{}", clean(sweep.markdown.as_deref().unwrap_or("")));
+            } else {
+                show(&sweep);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::List => {
+            let sweeps = client().sweeps()?;
+            if json {
+                print_json(&sweeps);
+            } else if sweeps.is_empty() {
+                println!("no sweeps");
+            } else {
+                for sweep in &sweeps {
+                    println!("{}", line(sweep));
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Cancel { id, force } => {
+            let req = request::cancel_request(Vec::new(), force, &request::agent_context());
+            let sweep = client().cancel_sweep(id, &req)?;
+            if json {
+                print_json(&sweep);
+            } else {
+                println!("{}", line(&sweep));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Wait { id, timeout } => {
+            let sweep = client().wait_sweep(id, timeout)?;
+            if json {
+                print_json(&sweep);
+            } else if sweep.ended_at.is_some() {
+                print!("{}", clean(sweep.markdown.as_deref().unwrap_or("")));
+            } else {
+                println!("{}", line(&sweep));
+            }
+            Ok(ExitCode::from(
+                match (sweep.ended_at.is_some(), sweep.state.as_str()) {
+                    (false, _) => 124,
+                    (true, "succeeded") => 0,
+                    (true, _) => 1,
+                },
+            ))
+        }
+    }
+}
+
+/// Drops terminal control characters from text that quotes job output (the report is
+/// sanitised already; this is the second belt, as for `baton report`).
+fn clean(text: &str) -> String {
+    text.chars()
+        .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+        .collect()
+}
+
+/// `sweep 4 "lr x bs" running: 3 running, 8 queued, 1 succeeded (12 runs, at most 4 at once)`.
+pub fn line(sweep: &SweepView) -> String {
+    let counts: Vec<String> = [
+        "running",
+        "queued",
+        "succeeded",
+        "failed",
+        "timeout",
+        "cancelled",
+    ]
+    .iter()
+    .filter_map(|state| sweep.counts.get(*state).map(|n| format!("{n} {state}")))
+    .collect();
+    let cap = sweep
+        .max_parallel
+        .map(|k| format!(", at most {k} at once"))
+        .unwrap_or_default();
+    format!(
+        "sweep {} {:?} {}: {} ({} runs{cap})",
+        sweep.id,
+        sweep.name,
+        sweep.state,
+        counts.join(", "),
+        sweep.runs
+    )
+}
+
+/// One row per run, in the sweep's order: the parameters, the state, the final metrics the
+/// comparison has, and why a run failed or waits.
+fn show(sweep: &SweepView) {
+    println!("{}", line(sweep));
+    let Some(comparison) = &sweep.comparison else {
+        return;
+    };
+    let mut rows: Vec<&baton_core::sweep::compare::Row> = comparison.rows.iter().collect();
+    rows.sort_by_key(|r| r.position);
+    let mut header: Vec<String> = vec!["JOB".into()];
+    header.extend(sweep.params.iter().map(|p| p.to_uppercase()));
+    header.push("STATE".into());
+    header.extend(comparison.metric_columns.iter().cloned());
+    header.push("NOTE".into());
+    let mut table: Vec<Vec<String>> = vec![header];
+    for row in rows {
+        let mut cells = vec![row.job.to_string()];
+        for name in &sweep.params {
+            let value = row
+                .params
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            cells.push(value);
+        }
+        cells.push(row.state.as_str().to_string());
+        for value in &row.metrics {
+            cells.push(value.clone().unwrap_or_else(|| "-".into()));
+        }
+        cells.push(row.cause.clone().unwrap_or_default());
+        table.push(cells.into_iter().map(|c| clean(&c)).collect());
+    }
+    let widths: Vec<usize> = (0..table[0].len())
+        .map(|i| {
+            table
+                .iter()
+                .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in &table {
+        let mut text = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        println!("{}", text.trim_end());
+    }
+}
