@@ -173,6 +173,48 @@ struct SubmitJobArgs {
     /// answer you did not get) returns the job the first call queued, never a second one.
     #[serde(default)]
     request_id: Option<String>,
+    /// Run the command once per index, as one sweep (Slurm's syntax): "0-99", "1-9:2",
+    /// "0-15%4" (at most 4 at once). `{index}` in the command is each run's index. The result
+    /// is then the sweep, and one comparison report comes when the last run ends.
+    #[serde(default)]
+    array: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct SubmitSweepArgs {
+    /// What every run shares, as for submit_job; `{name}` placeholders in the command are
+    /// filled with each run's parameters (and `{index}` with its index).
+    #[serde(flatten)]
+    job: SubmitJobArgs,
+    /// The Cartesian product of these, each "NAME=V1,V2,...", e.g. ["lr=1e-4,3e-4",
+    /// "bs=32,64"] (the last varies fastest). Give this or `runs` (or `array` for indices).
+    #[serde(default)]
+    sweep: Vec<String>,
+    /// One object of parameters per run, e.g. [{"lr": "1e-4", "bs": 32}, {"lr": "3e-4", "bs":
+    /// 64}].
+    #[serde(default)]
+    runs: Vec<serde_json::Map<String, Value>>,
+    /// How many runs may run at once (default: as many as fit).
+    #[serde(default)]
+    max_parallel: Option<u32>,
+    /// The metric the comparison ranks by: "val_acc", "loss:min" (default: a validation metric
+    /// if the runs print one, else the loss).
+    #[serde(default)]
+    rank_by: Option<String>,
+    /// Deliver each run's own report too, not only the one comparison (default false).
+    #[serde(default)]
+    notify_each: bool,
+    /// "continue" (default: you are woken at once if the sweep is clearly broken, and the runs
+    /// go on) or "stop" (the other runs are cancelled then).
+    #[serde(default)]
+    on_failure: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SweepIdArgs {
+    /// The sweep id that submit_sweep (or submit_job with `array`) returned.
+    id: u64,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -332,6 +374,23 @@ impl BatonTools {
             Ok(a) => a,
             Err(e) => return Ok(error(e)),
         };
+        if let Some(spec) = args.array.clone() {
+            let runs = baton_core::sweep::parse_array(&spec, u64::MAX)
+                .map(|_| crate::api::SweepRuns::Array { spec });
+            let sweep = SubmitSweepArgs {
+                job: args,
+                sweep: Vec::new(),
+                runs: Vec::new(),
+                max_parallel: None,
+                rank_by: None,
+                notify_each: false,
+                on_failure: None,
+            };
+            return Ok(match runs {
+                Ok(runs) => self.queue_sweep(sweep, runs).await,
+                Err(e) => error(e.to_string()),
+            });
+        }
         let request = match self.submit_request(args) {
             Ok(r) => r,
             Err(e) => return Ok(error(e)),
@@ -403,6 +462,53 @@ impl BatonTools {
                 Err(e) => client_error(e),
             },
         )
+    }
+
+    #[tool(
+        description = "Queue a sweep: many runs of one command, one per combination of \
+        parameters (`sweep`: [\"lr=1e-4,3e-4\", \"bs=32,64\"], the Cartesian product), per object \
+        of `runs`, or per index of `array` (\"0-99%4\"); `{name}` in the command is each run's \
+        value, and each run has BATON_PARAM_<NAME>. Everything is checked first (a typo in a \
+        placeholder queues nothing). Runs' own reports are not delivered: when the last run ends, \
+        ONE comparison report (runs ranked by `rank_by`, failures grouped by cause with the \
+        parameters that hit them) wakes you; if the sweep is clearly broken early (its first \
+        runs all fail the same way), you are woken at once. Do not poll: stop after submitting.",
+        input_schema = input_schema::<SubmitSweepArgs>()
+    )]
+    async fn submit_sweep(&self, args: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let args: SubmitSweepArgs = match parse("submit_sweep", args) {
+            Ok(a) => a,
+            Err(e) => return Ok(error(e)),
+        };
+        let runs = match sweep_runs(&args) {
+            Ok(runs) => runs,
+            Err(e) => return Ok(error(e)),
+        };
+        Ok(self.queue_sweep(args, runs).await)
+    }
+
+    #[tool(
+        description = "A sweep's state: every run with its parameters, state and final metrics, \
+        ranked, and the comparison report so far. Use once when you need it; the end of a sweep \
+        comes to you as its comparison report.",
+        input_schema = input_schema::<SweepIdArgs>()
+    )]
+    async fn sweep_status(&self, args: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let args: SweepIdArgs = match parse("sweep_status", args) {
+            Ok(a) => a,
+            Err(e) => return Ok(error(e)),
+        };
+        Ok(match self.call(move |c| c.sweep(args.id)).await {
+            Ok(sweep) => {
+                let text = format!(
+                    "{}\n\n{}",
+                    present::sweep_line(&sweep),
+                    sweep.markdown.as_deref().unwrap_or("")
+                );
+                done(text, json_of(&sweep))
+            }
+            Err(e) => client_error(e),
+        })
     }
 
     #[tool(
@@ -797,7 +903,85 @@ async fn with_progress<T>(
     }
 }
 
+/// The runs `submit_sweep` asks for: `array`, `sweep` or `runs`, exactly one.
+fn sweep_runs(args: &SubmitSweepArgs) -> Result<crate::api::SweepRuns, String> {
+    use crate::api::SweepRuns;
+    match (&args.job.array, args.sweep.is_empty(), args.runs.is_empty()) {
+        (Some(spec), true, true) => {
+            baton_core::sweep::parse_array(spec, u64::MAX).map_err(|e| e.to_string())?;
+            Ok(SweepRuns::Array { spec: spec.clone() })
+        }
+        (None, false, true) => {
+            let mut axes = Vec::new();
+            for flag in &args.sweep {
+                axes.push(baton_core::sweep::parse_sweep_flag(flag).map_err(|e| e.to_string())?);
+            }
+            Ok(SweepRuns::Grid { axes })
+        }
+        (None, true, false) => {
+            // Each object as a line of a runs file: one reading of values, names and errors.
+            let lines: Vec<String> = args
+                .runs
+                .iter()
+                .map(|run| Value::Object(run.clone()).to_string())
+                .collect();
+            let runs = baton_core::sweep::parse_runs_file(&lines.join("\n"), "runs", u64::MAX)
+                .map_err(|e| e.to_string())?;
+            Ok(SweepRuns::Runs {
+                source: "runs".into(),
+                runs,
+            })
+        }
+        _ => Err("give exactly one of `sweep`, `runs` and `array`".into()),
+    }
+}
+
 impl BatonTools {
+    /// Queues a sweep from its tool arguments and says what will happen.
+    async fn queue_sweep(
+        &self,
+        mut args: SubmitSweepArgs,
+        runs: crate::api::SweepRuns,
+    ) -> CallToolResult {
+        args.job.array = None;
+        let (max_parallel, rank_by, notify_each, on_failure) = (
+            args.max_parallel,
+            args.rank_by.take(),
+            args.notify_each,
+            args.on_failure.take(),
+        );
+        let job = match self.submit_request(args.job) {
+            Ok(r) => r,
+            Err(e) => return error(e),
+        };
+        let request = crate::api::SweepRequest {
+            job,
+            runs,
+            max_parallel,
+            rank_by,
+            notify_each,
+            on_failure,
+        };
+        let client = self.client.clone();
+        let submitted =
+            tokio::task::spawn_blocking(move || connect::submit_sweep(&client, &request))
+                .await
+                .map_err(|e| ClientError::Transport(e.to_string()));
+        match submitted.and_then(|r| r) {
+            Ok(sweep) => {
+                let first = sweep.jobs.first().copied().unwrap_or(0);
+                let last = sweep.jobs.last().copied().unwrap_or(0);
+                let text = format!(
+                    "{} {}",
+                    present::sweep_queued(&sweep, first, last),
+                    capitalised(&present::sweep_delivery_note(&sweep))
+                );
+                done(text, json_of(&sweep))
+            }
+            Err(e) => client_error(e),
+        }
+    }
+
     /// The submission, with the CLI's parsing and checks, in this server's context.
     fn submit_request(&self, args: SubmitJobArgs) -> Result<SubmitRequest, String> {
         let gpu_mem = match &args.gpu_mem {

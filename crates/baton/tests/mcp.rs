@@ -77,6 +77,8 @@ fn an_mcp_client_submits_waits_reads_the_report_and_gets_clear_errors() {
         "signal_job",
         "wait_for_jobs",
         "gpu_status",
+        "submit_sweep",
+        "sweep_status",
     ] {
         assert!(
             tools.contains_key(name),
@@ -104,9 +106,51 @@ fn an_mcp_client_submits_waits_reads_the_report_and_gets_clear_errors() {
         "cwd",
         "env",
         "request_id",
+        "array",
     ] {
         assert!(props.contains_key(p), "submit_job has no {p}: {props:?}");
     }
+    let sweep_props = tools["submit_sweep"]["schema"]["properties"]
+        .as_object()
+        .unwrap();
+    for p in ["command", "sweep", "runs", "max_parallel", "rank_by", "on_failure"] {
+        assert!(sweep_props.contains_key(p), "submit_sweep has no {p}");
+    }
+
+    // A sweep through MCP: 4 runs queued as one unit, one comparison ranked by val_acc.
+    let sweep = &seen["sweep"];
+    assert_eq!(sweep["is_error"], false, "{sweep}");
+    assert_eq!(sweep["json"]["runs"], 4, "{sweep}");
+    assert_eq!(sweep["json"]["max_parallel"], 2, "{sweep}");
+    assert!(
+        sweep["text"].as_str().unwrap().contains("one comparison report"),
+        "{sweep}"
+    );
+    assert_eq!(seen["sweep_wait"]["json"]["done"], true, "{}", seen["sweep_wait"]);
+    let status = &seen["sweep_status"];
+    let rows = status["json"]["comparison"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{status}");
+    assert_eq!(rows[0]["params"], serde_json::json!([["lr", "2"], ["bs", "4"]]), "{status}");
+    assert!(
+        status["text"].as_str().unwrap().contains("best val_acc 0.24"),
+        "{status}"
+    );
+    let array = &seen["array"];
+    assert_eq!(array["is_error"], false, "{array}");
+    assert_eq!(array["json"]["kind"], "array", "{array}");
+    assert_eq!(array["json"]["runs"], 4, "{array}");
+    let bad_sweep = seen["bad_sweep"].as_object().unwrap();
+    for (case, result) in bad_sweep {
+        assert_eq!(result["is_error"], true, "{case}: {result}");
+    }
+    assert!(
+        bad_sweep["placeholder"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("{typo}"),
+        "{}",
+        bad_sweep["placeholder"]
+    );
 
     let submitted = &seen["submit"];
     assert_eq!(submitted["is_error"], false, "{submitted}");

@@ -168,7 +168,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             print!("{}", present::job_table(&shown));
         }
         for sweep in &lines {
-            println!("{}", super::sweep::line(sweep));
+            println!("{}", present::sweep_line(sweep));
         }
         if !lines.is_empty() {
             println!(

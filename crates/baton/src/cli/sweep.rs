@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use super::print_json;
 use crate::api::SweepView;
 use crate::edge::connect::client;
-use crate::edge::request;
+use crate::edge::{present, request};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -62,7 +62,7 @@ pub fn run(command: Command, json: bool) -> anyhow::Result<ExitCode> {
                 println!("no sweeps");
             } else {
                 for sweep in &sweeps {
-                    println!("{}", line(sweep));
+                    println!("{}", present::sweep_line(sweep));
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -73,7 +73,7 @@ pub fn run(command: Command, json: bool) -> anyhow::Result<ExitCode> {
             if json {
                 print_json(&sweep);
             } else {
-                println!("{}", line(&sweep));
+                println!("{}", present::sweep_line(&sweep));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -84,7 +84,7 @@ pub fn run(command: Command, json: bool) -> anyhow::Result<ExitCode> {
             } else if sweep.ended_at.is_some() {
                 print!("{}", clean(sweep.markdown.as_deref().unwrap_or("")));
             } else {
-                println!("{}", line(&sweep));
+                println!("{}", present::sweep_line(&sweep));
             }
             Ok(ExitCode::from(
                 match (sweep.ended_at.is_some(), sweep.state.as_str()) {
@@ -105,37 +105,10 @@ fn clean(text: &str) -> String {
         .collect()
 }
 
-/// `sweep 4 "lr x bs" running: 3 running, 8 queued, 1 succeeded (12 runs, at most 4 at once)`.
-pub fn line(sweep: &SweepView) -> String {
-    let counts: Vec<String> = [
-        "running",
-        "queued",
-        "succeeded",
-        "failed",
-        "timeout",
-        "cancelled",
-    ]
-    .iter()
-    .filter_map(|state| sweep.counts.get(*state).map(|n| format!("{n} {state}")))
-    .collect();
-    let cap = sweep
-        .max_parallel
-        .map(|k| format!(", at most {k} at once"))
-        .unwrap_or_default();
-    format!(
-        "sweep {} {:?} {}: {} ({} runs{cap})",
-        sweep.id,
-        sweep.name,
-        sweep.state,
-        counts.join(", "),
-        sweep.runs
-    )
-}
-
 /// One row per run, in the sweep's order: the parameters, the state, the final metrics the
 /// comparison has, and why a run failed or waits.
 fn show(sweep: &SweepView) {
-    println!("{}", line(sweep));
+    println!("{}", present::sweep_line(sweep));
     let Some(comparison) = &sweep.comparison else {
         return;
     };

@@ -89,6 +89,10 @@ impl Host for Daemon {
         &self.tag
     }
 
+    fn deps_file(&self, job: &JobRecord) -> Option<std::path::PathBuf> {
+        self.write_deps_file(job)
+    }
+
     fn grace_ms(&self) -> Millis {
         self.config.grace_ms
     }

@@ -4,6 +4,7 @@
 //! start it the same way.
 
 mod auth;
+mod deps;
 mod durable;
 mod error;
 mod handlers;
@@ -784,6 +785,13 @@ pub(crate) fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<Scheduling
     for (id, (state, gpus)) in inner.jobs.store().states(&missing)? {
         states.insert(id, state);
         placed.insert(id, gpus);
+    }
+    // A dependency whose report is still being built has not quite ended for its dependents:
+    // they start once it is stored (milliseconds), so that what `BATON_DEPS_JSON` names exists.
+    for (id, state) in states.iter_mut() {
+        if state.is_terminal() && inner.reports_pending.contains(id) {
+            *state = JobState::Running;
+        }
     }
     let node_of_gpu: HashMap<u32, u32> = gpus.iter().map(|g| (g.index, g.node)).collect();
     let node_of = |job: JobId| {

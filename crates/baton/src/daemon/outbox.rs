@@ -99,6 +99,8 @@ impl Daemon {
                 self.0.lock().reports_pending.remove(&self.1);
                 self.0.notify_changed();
                 self.0.outbox_wake.notify_one();
+                // Its dependents may start now (`scheduling_input`).
+                self.0.wake();
             }
         }
         let _done = Done(self, id);

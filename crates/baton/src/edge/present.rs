@@ -589,6 +589,33 @@ pub fn delivery_note(job: &JobView, from_shell: bool) -> String {
     }
 }
 
+/// `sweep 4 "lr x bs" running: 3 running, 8 queued, 1 succeeded (12 runs, at most 4 at once)`.
+pub fn sweep_line(sweep: &crate::api::SweepView) -> String {
+    let counts: Vec<String> = [
+        "running",
+        "queued",
+        "succeeded",
+        "failed",
+        "timeout",
+        "cancelled",
+    ]
+    .iter()
+    .filter_map(|state| sweep.counts.get(*state).map(|n| format!("{n} {state}")))
+    .collect();
+    let cap = sweep
+        .max_parallel
+        .map(|k| format!(", at most {k} at once"))
+        .unwrap_or_default();
+    format!(
+        "sweep {} {:?} {}: {} ({} runs{cap})",
+        sweep.id,
+        sweep.name,
+        sweep.state,
+        counts.join(", "),
+        sweep.runs
+    )
+}
+
 /// What was queued for a sweep: its id and name, its runs' jobs, its cap.
 pub fn sweep_queued(sweep: &crate::api::SweepView, first: u64, last: u64) -> String {
     let cap = match sweep.max_parallel {

@@ -68,6 +68,10 @@ pub trait Host: Send + Sync + 'static {
     /// The daemon's state directory.
     fn home(&self) -> &Path;
 
+    /// Writes the file that lists a job's predecessors (`BATON_DEPS_JSON`) as it starts; its
+    /// path, or `None` for a job without any.
+    fn deps_file(&self, job: &JobRecord) -> Option<std::path::PathBuf>;
+
     /// The daemon's socket (Slurm's end-of-job mail pokes it).
     fn socket(&self) -> PathBuf {
         self.home().join("baton.sock")

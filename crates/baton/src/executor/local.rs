@@ -150,7 +150,10 @@ impl LocalBackend {
         job: &JobRecord,
         cgroup: Option<std::path::PathBuf>,
     ) -> Result<Launch, String> {
-        let env = job_env(job, job.attempt(), Placed::Here(job.gpus()), host.tag());
+        let mut env = job_env(job, job.attempt(), Placed::Here(job.gpus()), host.tag());
+        if let Some(path) = host.deps_file(job) {
+            env.insert("BATON_DEPS_JSON".into(), path.display().to_string());
+        }
         let run_as = host.run_as(job)?;
         Ok(Launch {
             job_id: job.id.0,

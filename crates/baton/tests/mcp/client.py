@@ -52,6 +52,24 @@ async def main(baton, workdir):
             wf_jobs = [t["job"]["id"] for t in seen["workflow"]["json"]["tasks"]]
             seen["workflow_wait"] = await call("wait_for_jobs", {"ids": wf_jobs, "timeout_seconds": 30})
 
+            # A sweep: one comparison report for all its runs; an array through submit_job.
+            seen["sweep"] = await call("submit_sweep", {
+                "command": ["sh", "-c", "echo 'epoch 1 val_acc=0.{lr}{bs}'"],
+                "sweep": ["lr=1,2", "bs=3,4"], "max_parallel": 2, "rank_by": "val_acc",
+                "notify": ["file:" + os.path.join(workdir, "sweep-inbox.md")],
+            })
+            sweep = seen["sweep"]["json"]["id"]
+            seen["sweep_wait"] = await call("wait_for_jobs", {"ids": seen["sweep"]["json"]["jobs"], "timeout_seconds": 30})
+            seen["sweep_status"] = await call("sweep_status", {"id": sweep})
+            seen["array"] = await call("submit_job", {"command": ["sh", "-c", "echo {index}"], "array": "0-3%2"})
+            seen["bad_sweep"] = {
+                "placeholder": await call("submit_sweep", {"command": ["echo", "{typo}"], "sweep": ["lr=1,2"]}),
+                "neither": await call("submit_sweep", {"command": ["true"]}),
+                "unknown_field": await call("submit_sweep", {"command": ["true"], "sweep": ["a=1"], "colour": "red"}),
+                "bad_array": await call("submit_job", {"command": ["true"], "array": "9-1"}),
+                "no_such_sweep": await call("sweep_status", {"id": 999}),
+            }
+
             sleeper = await call("submit_job", {"command": ["sleep", "300"], "gpus": 1})
             seen["cancel"] = await call("cancel_job", {"id": sleeper["json"]["id"]})
             seen["wait_cancelled"] = await call("wait_for_jobs", {"ids": [sleeper["json"]["id"]], "timeout_seconds": 30})
