@@ -180,12 +180,21 @@ struct SubmitJobArgs {
     array: Option<String>,
 }
 
+/// `submit_sweep`'s arguments: submit_job's and the sweep's own. Read in two parts
+/// ([`SweepArgs::parse`]): serde does not refuse unknown fields through a flattened struct.
 #[derive(Debug, Deserialize, JsonSchema)]
 struct SubmitSweepArgs {
     /// What every run shares, as for submit_job; `{name}` placeholders in the command are
     /// filled with each run's parameters (and `{index}` with its index).
     #[serde(flatten)]
     job: SubmitJobArgs,
+    #[serde(flatten)]
+    sweep: SweepArgs,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SweepArgs {
     /// The Cartesian product of these, each "NAME=V1,V2,...", e.g. ["lr=1e-4,3e-4",
     /// "bs=32,64"] (the last varies fastest). Give this or `runs` (or `array` for indices).
     #[serde(default)]
@@ -208,6 +217,31 @@ struct SubmitSweepArgs {
     /// go on) or "stop" (the other runs are cancelled then).
     #[serde(default)]
     on_failure: Option<String>,
+}
+
+impl SweepArgs {
+    /// Its own fields; what is left must be submit_job's (unknown fields refused there).
+    const FIELDS: [&str; 6] = [
+        "sweep",
+        "runs",
+        "max_parallel",
+        "rank_by",
+        "notify_each",
+        "on_failure",
+    ];
+
+    fn parse(mut args: JsonObject) -> Result<SubmitSweepArgs, String> {
+        let mut own = JsonObject::new();
+        for field in Self::FIELDS {
+            if let Some(value) = args.remove(field) {
+                own.insert(field.to_string(), value);
+            }
+        }
+        Ok(SubmitSweepArgs {
+            job: parse("submit_sweep", args)?,
+            sweep: parse("submit_sweep", own)?,
+        })
+    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -379,12 +413,7 @@ impl BatonTools {
                 .map(|_| crate::api::SweepRuns::Array { spec });
             let sweep = SubmitSweepArgs {
                 job: args,
-                sweep: Vec::new(),
-                runs: Vec::new(),
-                max_parallel: None,
-                rank_by: None,
-                notify_each: false,
-                on_failure: None,
+                sweep: SweepArgs::default(),
             };
             return Ok(match runs {
                 Ok(runs) => self.queue_sweep(sweep, runs).await,
@@ -476,7 +505,7 @@ impl BatonTools {
         input_schema = input_schema::<SubmitSweepArgs>()
     )]
     async fn submit_sweep(&self, args: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let args: SubmitSweepArgs = match parse("submit_sweep", args) {
+        let args = match SweepArgs::parse(args) {
             Ok(a) => a,
             Err(e) => return Ok(error(e)),
         };
@@ -906,14 +935,18 @@ async fn with_progress<T>(
 /// The runs `submit_sweep` asks for: `array`, `sweep` or `runs`, exactly one.
 fn sweep_runs(args: &SubmitSweepArgs) -> Result<crate::api::SweepRuns, String> {
     use crate::api::SweepRuns;
-    match (&args.job.array, args.sweep.is_empty(), args.runs.is_empty()) {
+    match (
+        &args.job.array,
+        args.sweep.sweep.is_empty(),
+        args.sweep.runs.is_empty(),
+    ) {
         (Some(spec), true, true) => {
             baton_core::sweep::parse_array(spec, u64::MAX).map_err(|e| e.to_string())?;
             Ok(SweepRuns::Array { spec: spec.clone() })
         }
         (None, false, true) => {
             let mut axes = Vec::new();
-            for flag in &args.sweep {
+            for flag in &args.sweep.sweep {
                 axes.push(baton_core::sweep::parse_sweep_flag(flag).map_err(|e| e.to_string())?);
             }
             Ok(SweepRuns::Grid { axes })
@@ -921,6 +954,7 @@ fn sweep_runs(args: &SubmitSweepArgs) -> Result<crate::api::SweepRuns, String> {
         (None, true, false) => {
             // Each object as a line of a runs file: one reading of values, names and errors.
             let lines: Vec<String> = args
+                .sweep
                 .runs
                 .iter()
                 .map(|run| Value::Object(run.clone()).to_string())
@@ -945,10 +979,10 @@ impl BatonTools {
     ) -> CallToolResult {
         args.job.array = None;
         let (max_parallel, rank_by, notify_each, on_failure) = (
-            args.max_parallel,
-            args.rank_by.take(),
-            args.notify_each,
-            args.on_failure.take(),
+            args.sweep.max_parallel,
+            args.sweep.rank_by.take(),
+            args.sweep.notify_each,
+            args.sweep.on_failure.take(),
         );
         let job = match self.submit_request(args.job) {
             Ok(r) => r,
