@@ -2,9 +2,11 @@
 # Dispatch benchmark: JOBS trivial one-slot jobs (`true`) submitted one by one through each
 # system's CLI onto SLOTS slots, for baton (SLOTS simulated GPUs, `--gpus 1` per job),
 # task-spooler (`tsp -S SLOTS`) and pueue (`pueue parallel SLOTS`), on the same machine in the same
-# run. See docs/benchmarks.md for what is measured and the recorded results.
+# run; and `baton-array`: the same JOBS jobs as one `baton submit --array 1-JOBS --gpus 1 -- true`,
+# waited for with `baton sweep wait`. See docs/benchmarks.md for what is measured and the
+# recorded results.
 #
-#   bench/dispatch.sh                       # JOBS=300 SLOTS=4 RUNS=3, all three systems
+#   bench/dispatch.sh                       # JOBS=300 SLOTS=4 RUNS=3, all four
 #   JOBS=500 RUNS=1 SYSTEMS="baton tsp" bench/dispatch.sh
 #
 # Environment:
@@ -23,7 +25,7 @@ set -euo pipefail
 JOBS=${JOBS:-300}
 SLOTS=${SLOTS:-4}
 RUNS=${RUNS:-3}
-SYSTEMS=${SYSTEMS:-"baton tsp pueue"}
+SYSTEMS=${SYSTEMS:-"baton baton-array tsp pueue"}
 KEEP=${KEEP:-0}
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,7 +48,7 @@ for tool in jq awk; do command -v $tool >/dev/null || die "needs $tool"; done
 # ---- tools -------------------------------------------------------------------------------------
 for sys in $SYSTEMS; do
     case $sys in
-    baton)
+    baton | baton-array)
         if [ ! -x "$BATON" ]; then
             note "building $BATON"
             (cd "$root" && cargo build --release -p baton-gpu) >&2
@@ -61,7 +63,7 @@ for sys in $SYSTEMS; do
             note "installing pueue"
             cargo install pueue --locked >&2
         fi ;;
-    *) die "unknown system '$sys' (expected baton, tsp, pueue)" ;;
+    *) die "unknown system '$sys' (expected baton, baton-array, tsp, pueue)" ;;
     esac
 done
 
@@ -147,6 +149,29 @@ bench_baton() {
     stop_daemon "$pid"
 }
 
+# One submission for all JOBS jobs (a sweep over indices), until `baton sweep wait` returns: the
+# caller then knows every run ended and holds their comparison report.
+bench_baton-array() {
+    local dir=$1 id
+    local -x BATON_HOME=$dir
+    "$BATON" serve --sim-gpus "$SLOTS" 2>"$dir/daemon.log" &
+    local pid=$!
+    daemons+=("$pid")
+    wait_for_socket "$dir/baton.sock" "$pid" "baton serve"
+    "$BATON" status >/dev/null || die "baton daemon not answering"
+
+    t0=$(now)
+    id=$("$BATON" submit --array "1-$JOBS" --gpus 1 -- true 2>/dev/null) || die "baton submit --array failed"
+    t1=$(now)
+    "$BATON" sweep wait "$id" >/dev/null || die "baton: a run of the array did not succeed"
+    t2=$(now)
+
+    local ok
+    ok=$("$BATON" sweep status "$id" --json | jq '.counts.succeeded')
+    [ "$ok" = "$JOBS" ] || die "baton-array: $ok of $JOBS runs succeeded"
+    stop_daemon "$pid"
+}
+
 bench_tsp() {
     local dir=$1 ids=() id i
     # tsp keeps each job's output in $TMPDIR/ts-out.*; keep the whole list of finished jobs.
@@ -214,13 +239,13 @@ EOF
 note "$(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, JOBS=$JOBS SLOTS=$SLOTS RUNS=$RUNS"
 for sys in $SYSTEMS; do
     case $sys in
-    baton) note "baton: $("$BATON" --version) ($BATON)" ;;
+    baton | baton-array) note "$sys: $("$BATON" --version) ($BATON)" ;;
     tsp) note "tsp: $(tsp -V 2>&1 | head -1)" ;;
     pueue) note "pueue: $(pueue --version), $(pueued --version)" ;;
     esac
 done
 
-printf '%-4s %-6s %9s %9s %8s\n' run system submit_s total_s jobs/s
+printf '%-4s %-11s %9s %9s %8s\n' run system submit_s total_s jobs/s
 for ((run = 1; run <= RUNS; run++)); do
     for sys in $SYSTEMS; do
         dir=$work/$sys-$run
@@ -234,7 +259,7 @@ for ((run = 1; run <= RUNS; run++)); do
         tot=$(secs "$t0" "$t2")
         rate=$(awk -v n="$JOBS" -v t="$tot" 'BEGIN { printf "%.1f", n / t }')
         printf '%s\t%s\t%s\t%s\t%s\n' "$run" "$sys" "$sub" "$tot" "$rate" >>"$results"
-        printf '%-4s %-6s %9s %9s %8s\n' "$run" "$sys" "$sub" "$tot" "$rate"
+        printf '%-4s %-11s %9s %9s %8s\n' "$run" "$sys" "$sub" "$tot" "$rate"
     done
 done
 
@@ -243,13 +268,16 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] 
 echo
 echo "Median of $RUNS run(s), $JOBS jobs on $SLOTS slots:"
 echo
-echo "| system | submit phase (s) | total (s) | jobs/s |"
-echo "| --- | ---: | ---: | ---: |"
+# Each system's total against task-spooler's in the same run, as the targets are stated.
+tsp_total=$(awk '$2 == "tsp" { print $4 }' "$results" | median)
+echo "| system | submit phase (s) | total (s) | jobs/s | total / tsp's |"
+echo "| --- | ---: | ---: | ---: | ---: |"
 for sys in $SYSTEMS; do
     sub=$(awk -v s="$sys" '$2 == s { print $3 }' "$results" | median)
     tot=$(awk -v s="$sys" '$2 == s { print $4 }' "$results" | median)
     rate=$(awk -v n="$JOBS" -v t="$tot" 'BEGIN { printf "%.1f", n / t }')
-    printf '| %s | %.2f | %.2f | %s |\n' "$sys" "$sub" "$tot" "$rate"
+    ratio=$(awk -v t="$tot" -v r="${tsp_total:-}" 'BEGIN { if (r > 0) printf "%.2fx", t / r; else print "-" }')
+    printf '| %s | %.2f | %.2f | %s | %s |\n' "$sys" "$sub" "$tot" "$rate" "$ratio"
 done
 if [ -s "$baton_waits" ]; then
     echo

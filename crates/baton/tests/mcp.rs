@@ -113,7 +113,14 @@ fn an_mcp_client_submits_waits_reads_the_report_and_gets_clear_errors() {
     let sweep_props = tools["submit_sweep"]["schema"]["properties"]
         .as_object()
         .unwrap();
-    for p in ["command", "sweep", "runs", "max_parallel", "rank_by", "on_failure"] {
+    for p in [
+        "command",
+        "sweep",
+        "runs",
+        "max_parallel",
+        "rank_by",
+        "on_failure",
+    ] {
         assert!(sweep_props.contains_key(p), "submit_sweep has no {p}");
     }
 
@@ -123,16 +130,30 @@ fn an_mcp_client_submits_waits_reads_the_report_and_gets_clear_errors() {
     assert_eq!(sweep["json"]["runs"], 4, "{sweep}");
     assert_eq!(sweep["json"]["max_parallel"], 2, "{sweep}");
     assert!(
-        sweep["text"].as_str().unwrap().contains("one comparison report"),
+        sweep["text"]
+            .as_str()
+            .unwrap()
+            .contains("one comparison report"),
         "{sweep}"
     );
-    assert_eq!(seen["sweep_wait"]["json"]["done"], true, "{}", seen["sweep_wait"]);
+    assert_eq!(
+        seen["sweep_wait"]["json"]["done"], true,
+        "{}",
+        seen["sweep_wait"]
+    );
     let status = &seen["sweep_status"];
     let rows = status["json"]["comparison"]["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 4, "{status}");
-    assert_eq!(rows[0]["params"], serde_json::json!([["lr", "2"], ["bs", "4"]]), "{status}");
+    assert_eq!(
+        rows[0]["params"],
+        serde_json::json!([["lr", "2"], ["bs", "4"]]),
+        "{status}"
+    );
     assert!(
-        status["text"].as_str().unwrap().contains("best val_acc 0.24"),
+        status["text"]
+            .as_str()
+            .unwrap()
+            .contains("best val_acc 0.24"),
         "{status}"
     );
     let array = &seen["array"];

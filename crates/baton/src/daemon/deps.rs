@@ -96,8 +96,11 @@ impl Daemon {
                 deps.push(entry);
             }
         }
-        let body = serde_json::to_vec_pretty(&DepsFile { job: job.id.0, deps })
-            .expect("plain data");
+        let body = serde_json::to_vec_pretty(&DepsFile {
+            job: job.id.0,
+            deps,
+        })
+        .expect("plain data");
         let files = self.files(job.id);
         let path = files.dir.join("deps.json");
         let written = std::fs::create_dir_all(&files.dir)

@@ -86,6 +86,27 @@ impl Daemon {
                     continue;
                 }
             };
+            // A sweep's run wakes nobody by itself: its sweep's one comparison report does.
+            if let Some(run) = job.sweep
+                && !self
+                    .lock()
+                    .jobs
+                    .store()
+                    .sweep(run.id)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| s.notify_each)
+            {
+                claims.push(claim(
+                    false,
+                    format!(
+                        "job {id} is a run of sweep {}, whose runs' reports are not delivered \
+                         one by one; the sweep's comparison report is (`baton sweep wait {}`)",
+                        run.id, run.id
+                    ),
+                ));
+                continue;
+            }
             if job.session.as_deref() != Some(session.as_str()) {
                 claims.push(claim(
                     false,

@@ -134,21 +134,20 @@ impl Daemon {
         if record.alerted_at.is_some() {
             return;
         }
-        let remaining: Vec<JobRecord> = inner
-            .jobs
-            .active()
-            .filter(|j| j.sweep.as_ref().is_some_and(|r| r.id == sweep))
-            .cloned()
-            .collect();
-        if remaining.is_empty() {
+        let of_sweep = |j: &&JobRecord| j.sweep.is_some_and(|r| r.id == sweep);
+        if !inner.jobs.active().any(|j| of_sweep(&j)) {
             return; // the comparison says it all
         }
         let policy = EarlyWake {
             first_failures: self.config.sweeps.early_failures,
             failure_share: self.config.sweeps.early_failure_share,
         };
-        let ended = inner.sweep_runs.0.get(&sweep).cloned().unwrap_or_default();
-        let Some(broken) = early::broken(&ended, record.runs as usize, &policy) else {
+        let ended = inner
+            .sweep_runs
+            .0
+            .get(&sweep)
+            .map_or(&[][..], Vec::as_slice);
+        let Some(broken) = early::broken(ended, record.runs as usize, &policy) else {
             return;
         };
         let stopping = record.on_failure == OnFailure::Stop;
@@ -172,6 +171,7 @@ impl Daemon {
             }
         }
         if stopping {
+            let remaining: Vec<JobRecord> = inner.jobs.active().filter(of_sweep).cloned().collect();
             let reason = format!(
                 "cancelled: sweep {sweep} looks broken ({}; --on-failure stop)",
                 broken.reason
