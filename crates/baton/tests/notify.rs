@@ -382,14 +382,17 @@ fn a_claude_session_inbox_gets_the_report_with_its_token_which_stays_secret() {
     // The token is in no answer of the API, no report, no inbox, and not in the job's own
     // environment (from where its output could carry it anywhere).
     assert!(!text.contains(token), "the token reached the message");
-    // The inbox file is another channel of the same end, delivered beside the session's: it
-    // may land a moment after the session has the report.
-    wait_contains(&b.home.join("inbox.md"), "CLAUDE_CODE_SESSION_ID=sess-1");
-    let inbox = std::fs::read_to_string(b.home.join("inbox.md")).unwrap();
+    // The job's whole environment is in its output (the report shows only its last lines, and
+    // a process's environment is in no particular order).
+    let output = std::fs::read_to_string(b.home.join(format!("jobs/{id}/stdout"))).unwrap();
     assert!(
-        inbox.contains("CLAUDE_CODE_SESSION_ID=sess-1"),
-        "the job's env is in its output"
+        output.contains("CLAUDE_CODE_SESSION_ID=sess-1"),
+        "the job's env is in its output: {output}"
     );
+    assert!(!output.contains(token), "the token reached the job's environment");
+    // The inbox file is another channel of the same end: it may land a moment after the session's.
+    wait_contains(&b.home.join("inbox.md"), &format!("job {id} ended"));
+    let inbox = std::fs::read_to_string(b.home.join("inbox.md")).unwrap();
     assert!(!inbox.contains(token), "the token reached the inbox");
     for args in [
         vec!["status", "--all", "--json"],
