@@ -9,6 +9,7 @@
 
 pub mod compare;
 pub mod early;
+pub mod file;
 
 use std::collections::BTreeMap;
 

@@ -26,11 +26,17 @@ pub(crate) fn top_level_keys(text: &str) -> Vec<(String, Location)> {
 /// The keys of the block mapping under the top-level `tasks:`, in the order written (repeats
 /// included, so a duplicate can be placed), with their positions.
 pub(crate) fn task_keys(text: &str) -> Vec<(String, Location)> {
+    keys_under(text, "tasks")
+}
+
+/// The keys of the block mapping under the top-level key `top` (`tasks:`, a sweep file's
+/// `sweep:`), in the order written, repeats included, with their positions.
+pub(crate) fn keys_under(text: &str, top: &str) -> Vec<(String, Location)> {
     let mut lines = text.lines().enumerate();
-    // Skip to the line after `tasks:`.
+    // Skip to the line after `top:`.
     if !lines
         .by_ref()
-        .any(|(_, line)| indentation(line) == 0 && key_of(line).as_deref() == Some("tasks"))
+        .any(|(_, line)| indentation(line) == 0 && key_of(line).as_deref() == Some(top))
     {
         return Vec::new();
     }
@@ -118,7 +124,7 @@ pub(crate) fn task_field(text: &str, task: Location, key: &str) -> Option<Locati
     })
 }
 
-fn at(line_index: usize, indent: usize) -> Location {
+pub(crate) fn at(line_index: usize, indent: usize) -> Location {
     Location {
         line: line_index + 1,
         column: indent + 1,
@@ -126,13 +132,13 @@ fn at(line_index: usize, indent: usize) -> Location {
 }
 
 /// YAML indents with spaces only.
-fn indentation(line: &str) -> usize {
+pub(crate) fn indentation(line: &str) -> usize {
     line.len() - line.trim_start_matches(' ').len()
 }
 
 /// The key a `key: value` (or `key:`) line defines: plain, `"double"` or `'single'` quoted.
 /// `None` for anything else (comments, list items, continuation lines).
-fn key_of(line: &str) -> Option<String> {
+pub(crate) fn key_of(line: &str) -> Option<String> {
     let body = line.trim_start_matches(' ');
     let (key, rest) = if let Some(quoted) = body.strip_prefix('"') {
         let end = quoted.find('"')?;

@@ -25,7 +25,7 @@
 
 mod dag;
 mod error;
-mod locate;
+pub(crate) mod locate;
 mod matrix;
 mod predict;
 mod raw;
@@ -49,7 +49,8 @@ pub use error::{Location, WorkflowError};
 pub use predict::{HISTORY_WINDOW, MIN_PREDICTION_MS, PERCENTILE, SAFETY_TENTHS, predict_ms};
 pub use summary::{TaskLine, summary};
 
-use raw::{RawCommand, RawMatrix, RawTask, RawWorkflow};
+pub(crate) use raw::RawCommand;
+use raw::{RawMatrix, RawTask, RawWorkflow};
 
 /// Task names become parts of job names, paths and log lines, so they are kept short and plain.
 /// The names a matrix task's expansions get (`train.0`, ...) obey it too.

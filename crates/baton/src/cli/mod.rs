@@ -113,8 +113,8 @@ pub enum Command {
     /// DAG workflows: `baton workflow submit FILE`, `status ID`, `cancel ID`, `list`.
     #[command(subcommand)]
     Workflow(workflow::Command),
-    /// Sweeps and arrays (queued by `baton submit --array/--sweep/--sweep-file`): `status ID`,
-    /// `list`, `cancel ID`, `wait ID`.
+    /// Sweeps and arrays (queued by `baton submit --array/--sweep/--sweep-file`, or `sweep
+    /// submit FILE`): `submit FILE`, `status ID`, `list`, `cancel ID`, `wait ID`.
     #[command(subcommand)]
     Sweep(sweep::Command),
     /// Set an agent up for reliable wake-ups, and the hook that waits for its jobs.

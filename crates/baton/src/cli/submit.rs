@@ -206,14 +206,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             notify_each: args.notify_each,
             on_failure: args.on_failure,
         };
-        let sweep = connect::submit_sweep(&client(), &req)?;
-        if json {
-            print_json(&sweep);
-        } else {
-            println!("{}", sweep.id);
-        }
-        eprintln!("{}", sweep_note(&sweep));
-        return Ok(ExitCode::SUCCESS);
+        return send_sweep(&req, json);
     }
     let only_for_sweeps = [
         ("--max-parallel", args.max_parallel.is_some()),
@@ -237,9 +230,24 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Queues a sweep (starting the user's daemon if none runs) and prints its id (`--json`: the
+/// sweep), with a note on stderr: what `baton submit --array/--sweep/--sweep-file` and `baton
+/// sweep submit FILE` print alike. The request carries a request id (the caller's, else one
+/// made up), so that a lost answer never queues the sweep twice.
+pub(super) fn send_sweep(req: &SweepRequest, json: bool) -> anyhow::Result<ExitCode> {
+    let sweep = connect::submit_sweep(&client(), req)?;
+    if json {
+        print_json(&sweep);
+    } else {
+        println!("{}", sweep.id);
+    }
+    eprintln!("{}", sweep_note(&sweep));
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The largest `--sweep-file` read: far above any list of runs written by hand or script
 /// (10,000 runs of a few parameters fit in a tenth of it), well inside the daemon's body limit.
-const MAX_SWEEP_FILE_BYTES: u64 = 4 << 20;
+const MAX_SWEEP_FILE_BYTES: u64 = baton_core::sweep::file::MAX_FILE_BYTES as u64;
 
 /// The runs `--array`, `--sweep` or `--sweep-file` asked for, if any; a file is read and
 /// checked here, with line and column. How many runs a sweep may have is the daemon's to say.

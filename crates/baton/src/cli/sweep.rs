@@ -1,16 +1,37 @@
-//! `baton sweep status ID | list | cancel ID | wait ID`: sweeps and arrays as one unit (issue
-//! 16). They are queued by `baton submit --array/--sweep/--sweep-file`; here is how to look at
-//! one, stop one, and block until its comparison report is ready.
+//! `baton sweep submit FILE | status ID | list | cancel ID | wait ID`: sweeps and arrays as one
+//! unit (issue 16). They are queued by `baton submit --array/--sweep/--sweep-file` or from a
+//! sweep file (`sweep submit`, the same request the flags make); here is how to look at one,
+//! stop one, and block until its comparison report is ready.
 
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::print_json;
-use crate::api::SweepView;
+use baton_core::sweep::file::{self, FileRuns, MAX_FILE_BYTES, SweepFile};
+
+use super::{UsageError, print_json};
+use crate::api::{SweepRequest, SweepRuns, SweepView};
 use crate::edge::connect::client;
 use crate::edge::{present, request};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
+    /// Queue the sweep a YAML file describes: a top-level `sweep:` with `command`, one of
+    /// `parameters` (the product, as --sweep), `runs` (as --sweep-file) or `array`, and
+    /// `baton submit`'s options under their names (gpus, gpu_mem, max_parallel, rank_by, ...).
+    /// Prints the sweep id, as `baton submit --sweep` does.
+    Submit {
+        /// The sweep file. Its runs work in its directory unless it says `cwd` (relative to
+        /// it), as a workflow file's tasks do.
+        file: PathBuf,
+        /// Where the comparison report goes (repeatable; default auto), as for `baton submit`.
+        #[arg(long, value_name = "SPEC")]
+        notify: Vec<String>,
+        /// An idempotency key: submitting again with the same key returns the sweep the first
+        /// submission queued (without it, one is made up for baton's own retries).
+        #[arg(long, value_name = "KEY")]
+        request_id: Option<String>,
+    },
     /// A sweep's runs, one row each: parameters, state and final metrics, in the sweep's order;
     /// with --report, the comparison report instead.
     Status {
@@ -43,6 +64,11 @@ pub enum Command {
 
 pub fn run(command: Command, json: bool) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Submit {
+            file,
+            notify,
+            request_id,
+        } => submit(&file, notify, request_id, json),
         Command::Status { id, report } => {
             let sweep = client().sweep(id)?;
             if json {
@@ -95,6 +121,101 @@ pub fn run(command: Command, json: bool) -> anyhow::Result<ExitCode> {
             ))
         }
     }
+}
+
+/// `baton sweep submit FILE`: the file read and checked here (a mistake is `FILE:LINE:COL:
+/// message`, exit 2, nothing sent), then the request `baton submit` would make of the same
+/// options, sent the same way.
+fn submit(
+    path: &Path,
+    notify: Vec<String>,
+    request_id: Option<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let shown = path.display().to_string();
+    let text = read(path).map_err(|e| UsageError(format!("{shown}: {e}")))?;
+    let spec = file::parse(&text).map_err(|e| UsageError(format!("{shown}:{e}")))?;
+    let dir = path
+        .canonicalize()
+        .map_err(|e| UsageError(format!("{shown}: {e}")))?
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .to_path_buf();
+    let req = sweep_request(spec, &shown, &dir, notify, request_id)?;
+    super::submit::send_sweep(&req, json)
+}
+
+/// A sweep file's text, bounded: a pipe or a file still growing has no size to trust.
+fn read(path: &Path) -> std::io::Result<String> {
+    let size = std::fs::metadata(path)?.len();
+    if size > MAX_FILE_BYTES as u64 {
+        return Err(std::io::Error::other(format!(
+            "the file is {}; a sweep file may be at most {}",
+            baton_core::units::format_size(size),
+            baton_core::units::format_size(MAX_FILE_BYTES as u64)
+        )));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_FILE_BYTES as u64 + 1)
+        .read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// The request for a parsed sweep file: what `baton submit` makes of the same options, with
+/// the runs' working directory the file's (`dir`), or its `cwd` taken from there.
+fn sweep_request(
+    spec: SweepFile,
+    shown: &str,
+    dir: &Path,
+    notify: Vec<String>,
+    request_id: Option<String>,
+) -> anyhow::Result<SweepRequest> {
+    let cwd = match &spec.cwd {
+        Some(cwd) => dir.join(cwd),
+        None => dir.to_path_buf(),
+    };
+    let job = request::Job {
+        command: spec.command,
+        name: spec.name,
+        gpus: spec.gpus,
+        gpu_mem: spec.gpu_mem,
+        cpus: spec.cpus,
+        mem: spec.mem,
+        priority: spec.priority,
+        after: Vec::new(),
+        after_any: Vec::new(),
+        after_failed: Vec::new(),
+        singleton: false,
+        begin_at_ms: None,
+        hold: false,
+        stdin: None,
+        time_limit_ms: spec.time_limit,
+        retries: spec.retries,
+        tags: Default::default(),
+        notify,
+        request_id,
+        cwd,
+        env: spec.env,
+    };
+    let job = request::submit_request(job, request::agent_context())
+        .map_err(|e| UsageError(format!("{shown}: {e}")))?;
+    let runs = match spec.runs {
+        FileRuns::Grid(axes) => SweepRuns::Grid { axes },
+        FileRuns::Runs(runs) => SweepRuns::Runs {
+            source: shown.to_string(),
+            runs,
+        },
+        FileRuns::Array(spec) => SweepRuns::Array { spec },
+    };
+    Ok(SweepRequest {
+        job,
+        runs,
+        max_parallel: spec.max_parallel,
+        rank_by: spec.rank_by,
+        notify_each: spec.notify_each,
+        on_failure: spec.on_failure,
+    })
 }
 
 /// Drops terminal control characters from text that quotes job output (the report is

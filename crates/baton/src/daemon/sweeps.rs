@@ -172,14 +172,18 @@ impl Daemon {
         }
         if stopping {
             let remaining: Vec<JobRecord> = inner.jobs.active().filter(of_sweep).cloned().collect();
+            // Who cancels is who the job's end names (`cancelled by baton (sweep 4 looks
+            // broken; --on-failure stop)`): the why goes with the who, so that every end of a
+            // cancel (before it started, its supervisor's, Slurm's) says it.
+            let by = format!("baton (sweep {sweep} looks broken; --on-failure stop)");
             let reason = format!(
-                "cancelled: sweep {sweep} looks broken ({}; --on-failure stop)",
+                "cancelling: sweep {sweep} looks broken ({}; --on-failure stop)",
                 broken.reason
             );
             let mut jobs = super::host::Locked(inner);
             for job in &remaining {
                 let request = Transition::RequestCancel {
-                    by: "baton".into(),
+                    by: by.clone(),
                     reason: reason.clone(),
                 };
                 if let Err(e) = self.cancel(&mut jobs, job, request) {
