@@ -793,3 +793,66 @@ fn history_and_filtered_listings_keep_other_users_jobs_private() {
     assert!(out.stderr.contains("admins"), "{out:?}");
     b.run(&["gc"]).expect(0);
 }
+
+/// A sweep is its owner's: another user can neither see it (status, list) nor cancel it.
+#[test]
+fn another_users_sweep_can_be_neither_seen_nor_cancelled() {
+    let Some(Shared { b, alice, bob }) = shared_daemon("w", "") else {
+        return;
+    };
+    let work = b.work.to_string_lossy().into_owned();
+    let script = wait_for_file("go.w");
+    let out = as_user(
+        &b,
+        &alice,
+        &[
+            "submit",
+            "--cwd",
+            &work,
+            "--array",
+            "0-2",
+            "--max-parallel",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
+    .expect(0);
+    let sweep = out.stdout.trim().to_string();
+    let view = as_user(&b, &alice, &["sweep", "status", &sweep, "--json"])
+        .expect(0)
+        .json();
+    let first = view["jobs"][0].as_u64().unwrap();
+    b.wait_running(first);
+    for args in [
+        vec!["sweep", "status", sweep.as_str()],
+        vec!["sweep", "cancel", sweep.as_str()],
+        vec!["sweep", "cancel", sweep.as_str(), "--force"],
+        vec!["sweep", "wait", sweep.as_str(), "--timeout", "1s"],
+    ] {
+        let out = as_user(&b, &bob, &args);
+        assert_eq!(out.code, 2, "bob: baton {args:?}: {out:?}");
+        assert!(out.stderr.contains(&alice.name), "{out:?}");
+    }
+    let listed = as_user(&b, &bob, &["sweep", "list", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(listed, serde_json::json!([]), "bob sees alice's sweep");
+    // Nothing of it was cancelled: its first run still runs, the others wait.
+    assert_eq!(b.state(first), "running");
+    let view = as_user(&b, &alice, &["sweep", "status", &sweep, "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(view["counts"]["running"], 1, "{view:#}");
+    assert_eq!(view["counts"]["queued"], 2, "{view:#}");
+    // Its owner can.
+    as_user(&b, &alice, &["sweep", "cancel", &sweep]).expect(0);
+    let out = as_user(&b, &alice, &["sweep", "wait", &sweep, "--timeout", "30s"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    let view = as_user(&b, &alice, &["sweep", "status", &sweep, "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(view["counts"]["cancelled"], 3, "{view:#}");
+}
