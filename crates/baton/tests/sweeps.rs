@@ -733,3 +733,30 @@ fn on_failure_stop_cancels_the_rest_after_exactly_the_early_failures_and_says_wh
         }
     }
 }
+
+#[test]
+fn a_sweep_files_runs_work_in_its_directory_or_its_cwd_from_there() {
+    let b = Baton::start(1);
+    std::fs::create_dir_all(b.path("exp/out")).unwrap();
+    std::fs::write(
+        b.path("exp/here.yaml"),
+        "sweep:\n  command: pwd > where.{index}\n  array: 0-1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        b.path("exp/there.yaml"),
+        "sweep:\n  command: [sh, -c, \"pwd > where.{index}\"]\n  runs:\n    - {}\n  cwd: out\n",
+    )
+    .unwrap();
+    for file in ["exp/here.yaml", "exp/there.yaml"] {
+        let id = b.run(&["sweep", "submit", file]).expect(0).stdout;
+        let out = b.run(&["sweep", "wait", id.trim()]);
+        assert_eq!(out.code, 0, "{file}: {out:?}");
+    }
+    let exp = b.path("exp").canonicalize().unwrap();
+    assert_eq!(b.read("exp/where.1").trim(), exp.display().to_string());
+    assert_eq!(
+        b.read("exp/out/where.0").trim(),
+        exp.join("out").display().to_string()
+    );
+}
