@@ -389,7 +389,10 @@ fn a_claude_session_inbox_gets_the_report_with_its_token_which_stays_secret() {
         output.contains("CLAUDE_CODE_SESSION_ID=sess-1"),
         "the job's env is in its output: {output}"
     );
-    assert!(!output.contains(token), "the token reached the job's environment");
+    assert!(
+        !output.contains(token),
+        "the token reached the job's environment"
+    );
     // The inbox file is another channel of the same end: it may land a moment after the session's.
     wait_contains(&b.home.join("inbox.md"), &format!("job {id} ended"));
     let inbox = std::fs::read_to_string(b.home.join("inbox.md")).unwrap();
