@@ -830,3 +830,29 @@ fn an_array_beyond_the_clusters_max_array_size_is_refused_naming_it() {
         assert!(reason.contains("MaxArraySize is 1001"), "{reason}");
     }
 }
+
+#[test]
+fn a_sweeps_parameters_reach_each_element_verbatim() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let id = submit_sweep(
+        &b,
+        &[
+            "--sweep",
+            "lr=it's $HOME `id`,two  spaces",
+            "--",
+            "sh",
+            "-c",
+            "printf '%s' \"$BATON_PARAM_LR\" > param.$BATON_ARRAY_INDEX",
+        ],
+    );
+    let out = b.run(&["sweep", "wait", &id.to_string(), "--timeout", "60s"]);
+    assert_eq!(out.code, 0, "{out:?}\n{}", b.daemon_log());
+    assert_eq!(b.read("param.0"), "it's $HOME `id`");
+    assert_eq!(b.read("param.1"), "two  spaces");
+    let jobs = sweep_jobs(&b, id);
+    let sid = b.job(jobs[0])["slurm_job_id"].as_u64().unwrap();
+    assert_eq!(b.job(jobs[1])["slurm_job_id"], sid, "one array");
+}
