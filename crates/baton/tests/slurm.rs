@@ -2,7 +2,9 @@
 //! (`../shared/slurm/start-slurm.sh`, which `.ci/run` starts): a 2-GPU job sees two devices, its
 //! exit code and report come back, a dependent job runs after it (and fails with it), cancel
 //! works, a time limit ends a job `timeout`, Slurm's refusal is passed on, and a daemon killed
-//! mid-job loses nothing.
+//! mid-job loses nothing. A sweep is one Slurm job array: capped at `%K`, each run its element
+//! with its index, parameters, exit code and output, one comparison report, cancelled element
+//! by element, found again after a crash, refused past the cluster's MaxArraySize.
 //!
 //! Without a Slurm cluster the tests skip, unless `BATON_REQUIRE_SLURM=1` (CI) makes that a
 //! failure.

@@ -1,8 +1,8 @@
 //! Driving a real Slurm cluster (DESIGN §8): with `[backend] kind = "slurm"` in config.toml a job
 //! becomes an `sbatch` submission instead of a local process, its state comes from `squeue` and
 //! `scontrol` (`sacct` once Slurm has forgotten it), and cancel is `scancel`. This module runs
-//! those commands and builds what goes into them; `parse` reads what they print; the daemon's
-//! `slurm` module decides when to call them.
+//! those commands and builds what goes into them (`array` builds a sweep's one job array);
+//! `parse` reads what they print; `backend` decides when to call them.
 //!
 //! Nothing from a job reaches a shell unquoted: the job's command goes into its batch script as
 //! single-quoted words, and every other value is one argument of an exec.
