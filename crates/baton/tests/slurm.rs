@@ -614,12 +614,13 @@ fn sweep_jobs(b: &Baton, id: u64) -> Vec<u64> {
         .collect()
 }
 
-/// `squeue -j SID` lines as (array job id, task), every state (finished elements stay listed
+/// `squeue -r -j SID` lines as (array job id, task, state), every state (finished elements stay listed
 /// for the cluster's MinJobAge, 300 s on the test cluster).
 fn array_listing(sid: u64) -> Vec<(String, String, String)> {
     let out = Command::new("squeue")
         .env("SLURM_BITSTR_LEN", "0")
-        .args(["-h", "-t", "all", "-o", "%F|%K|%T", "-j"])
+        // -r: one line per element, the pending ones too.
+        .args(["-h", "-r", "-t", "all", "-o", "%F|%K|%T", "-j"])
         .arg(sid.to_string())
         .output()
         .unwrap();
@@ -737,6 +738,23 @@ fn sweep_cancel_cancels_the_arrays_pending_and_running_elements() {
             .contains(&format!("Slurm job {sid}_2")),
         "{waiting:#}"
     );
+    // One pending element cancelled alone: Slurm keeps no record of it, and the others wait on.
+    // (It cannot start meanwhile: run 0 runs for 300 s and the cap is 1.)
+    b.run(&["cancel", &jobs[3].to_string()]).expect(0);
+    let alone = poll(&b, jobs[3], 60, "cancelled", ended);
+    assert_eq!(alone["state"], "cancelled", "{alone:#}\n{}", b.daemon_log());
+    let reason = alone["reason"].as_str().unwrap();
+    assert!(reason.contains("before it started"), "{reason}");
+    let listing = array_listing(sid);
+    assert!(
+        !listing.iter().any(|(_, t, _)| t == "3"),
+        "task 3 is gone: {listing:?}"
+    );
+    assert!(
+        listing.iter().any(|(_, t, s)| t == "2" && s == "PENDING"),
+        "task 2 still waits: {listing:?}"
+    );
+    assert_eq!(b.state(jobs[2]), "queued");
     b.run(&["sweep", "cancel", &id.to_string()]).expect(0);
     for &job in &jobs {
         let j = poll(&b, job, 60, "cancelled", ended);
@@ -857,4 +875,81 @@ fn a_sweeps_parameters_reach_each_element_verbatim() {
     let jobs = sweep_jobs(&b, id);
     let sid = b.job(jobs[0])["slurm_job_id"].as_u64().unwrap();
     assert_eq!(b.job(jobs[1])["slurm_job_id"], sid, "one array");
+}
+
+#[test]
+fn an_elements_time_limit_ends_it_as_timeout_and_the_others_run_on() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    // Slurm counts minutes: the shortest limit is one.
+    let id = submit_sweep(
+        &b,
+        &[
+            "--array",
+            "0-1",
+            "--time-limit",
+            "1m",
+            "--",
+            "sh",
+            "-c",
+            "[ {index} = 0 ] && exit 0; sleep 600",
+        ],
+    );
+    let out = b.run(&["sweep", "wait", &id.to_string(), "--timeout", "180s"]);
+    assert_eq!(out.code, 1, "{out:?}\n{}", b.daemon_log());
+    let jobs = sweep_jobs(&b, id);
+    assert_eq!(b.job(jobs[0])["state"], "succeeded");
+    let slow = b.job(jobs[1]);
+    assert_eq!(slow["state"], "timeout", "{slow:#}");
+    assert_eq!(slow["slurm_state"], "TIMEOUT", "{slow:#}");
+    assert_eq!(sweep_status(&b, id)["state"], "failed");
+}
+
+#[test]
+fn a_retried_element_runs_again_as_an_array_of_one_with_its_task_id() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let id = submit_sweep(
+        &b,
+        &[
+            "--array",
+            "0-2",
+            "--retries",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID\" > t.{index}.$BATON_ATTEMPT; \
+             [ \"$BATON_ATTEMPT\" = 1 ] && [ {index} = 1 ] && exit 3; true",
+        ],
+    );
+    let out = b.run(&["sweep", "wait", &id.to_string(), "--timeout", "90s"]);
+    assert_eq!(out.code, 0, "{out:?}\n{}", b.daemon_log());
+    let jobs = sweep_jobs(&b, id);
+    let first: Vec<String> = b
+        .read("t.1.1")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let again: Vec<String> = b
+        .read("t.1.2")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        (first[1].as_str(), again[1].as_str()),
+        ("1", "1"),
+        "task ids"
+    );
+    assert_ne!(first[0], again[0], "the retry is a Slurm job of its own");
+    let retried = b.job(jobs[1]);
+    assert_eq!(
+        retried["slurm_job_id"].as_u64().unwrap().to_string(),
+        again[0]
+    );
+    assert_eq!(retried["attempt"], 2, "{retried:#}");
 }
