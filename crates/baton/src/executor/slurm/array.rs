@@ -28,7 +28,7 @@ pub struct ArrayElement<'a> {
     pub command: &'a [String],
     /// The run's directory (`jobs/<id>/`): its output and its element script.
     pub dir: &'a Path,
-    /// What its branch exports: the variables that are its own.
+    /// What its branch exports: the variables that are its own (`common` has the rest).
     pub env: BTreeMap<String, String>,
 }
 
@@ -50,6 +50,10 @@ pub struct ArraySubmission<'a> {
     pub umask: Option<u32>,
     /// The environment `sbatch` runs in (exported to every element with `--export=ALL`).
     pub env: BTreeMap<String, String>,
+    /// baton's variables that every run has alike (`BATON_SWEEP_ID`, `BATON_CPUS`, ...),
+    /// exported once before the branches: a big sweep's script stays small (Slurm refuses a
+    /// batch script over its `max_script_size`, 4 MB by default).
+    pub common: BTreeMap<String, String>,
     /// Where the batch script goes.
     pub script: &'a Path,
     pub mail_to: Option<String>,
@@ -179,12 +183,18 @@ fn element_body(out: &mut String, s: &ArraySubmission<'_>, e: &ArrayElement<'_>)
         quote(&format!("{dir}/stdout")),
         quote(&format!("{dir}/stderr"))
     );
-    for (k, v) in &e.env {
+    exports(out, &e.env);
+    super::exec_line(out, s.umask, e.command);
+}
+
+/// `export NAME='VALUE'` for each variable a script may set: Slurm's own (the task id) and the
+/// GPUs are the cluster's to say.
+fn exports(out: &mut String, env: &BTreeMap<String, String>) {
+    for (k, v) in env {
         if valid_name(k) && !k.starts_with("SLURM_") && k != "CUDA_VISIBLE_DEVICES" {
             let _ = writeln!(out, "export {k}={}", quote(v));
         }
     }
-    super::exec_line(out, s.umask, e.command);
 }
 
 /// A variable name sh accepts in `export NAME=...`.
@@ -202,6 +212,7 @@ pub fn array_script(s: &ArraySubmission<'_>) -> String {
         s.elements.len()
     );
     gpu_env(&mut out, s.gpus);
+    exports(&mut out, &s.common);
     out.push_str("case \"$SLURM_ARRAY_TASK_ID\" in\n");
     for e in &s.elements {
         let _ = writeln!(out, "{})", e.task);
@@ -224,6 +235,7 @@ fn element_script(s: &ArraySubmission<'_>, e: &ArrayElement<'_>) -> String {
         e.task
     );
     gpu_env(&mut out, s.gpus);
+    exports(&mut out, &s.common);
     element_body(&mut out, s, e);
     out
 }
@@ -260,6 +272,7 @@ mod tests {
             dependencies: vec!["afterok:9".into()],
             umask: Some(0o027),
             env: BTreeMap::new(),
+            common: BTreeMap::from([("BATON_SWEEP_ID".to_string(), "3".to_string())]),
             script,
             mail_to: Some("/s/baton.sock".into()),
         }
@@ -312,7 +325,7 @@ mod tests {
         let cmd_a = words(&[
             "sh",
             "-c",
-            "printf '%s|%s' \"$BATON_PARAM_LR\" \"$1\"",
+            "printf '%s|%s|%s' \"$BATON_PARAM_LR\" \"$1\" \"$BATON_SWEEP_ID\"",
             "-",
             nasty,
         ]);
@@ -355,7 +368,7 @@ mod tests {
         assert!(run("0").success());
         assert_eq!(
             std::fs::read_to_string(a.join("stdout")).unwrap(),
-            format!("{nasty}|{nasty}")
+            format!("{nasty}|{nasty}|3")
         );
         assert!(run("7").success());
         assert_eq!(std::fs::read_to_string(b.join("stdout")).unwrap(), "b");

@@ -470,18 +470,31 @@ impl SlurmBackend {
         let mut base = first.env.clone();
         base.remove("CUDA_VISIBLE_DEVICES");
         let dirs: Vec<std::path::PathBuf> = runs.iter().map(|r| d.files(r.id).dir).collect();
+        // Each run's variables beyond sbatch's; those all runs have alike are set once.
+        let envs: Vec<BTreeMap<String, String>> = runs
+            .iter()
+            .map(|r| {
+                job_env(r, r.attempt() + 1, Placed::ByCluster, d.tag())
+                    .into_iter()
+                    .filter(|(k, v)| base.get(k) != Some(v))
+                    .collect()
+            })
+            .collect();
+        let mut common = envs[0].clone();
+        common.retain(|k, v| envs.iter().all(|e| e.get(k) == Some(v)));
         let elements: Vec<ArrayElement<'_>> = runs
             .iter()
             .zip(&dirs)
-            .map(|(r, dir)| ArrayElement {
-                job: r.id.0,
-                task: r.sweep.as_ref().map_or(0, |s| s.index),
-                command: &r.command,
-                dir,
-                env: job_env(r, r.attempt() + 1, Placed::ByCluster, d.tag())
-                    .into_iter()
-                    .filter(|(k, v)| base.get(k) != Some(v))
-                    .collect(),
+            .zip(envs)
+            .map(|((r, dir), mut env)| {
+                env.retain(|k, _| !common.contains_key(k));
+                ArrayElement {
+                    job: r.id.0,
+                    task: r.sweep.as_ref().map_or(0, |s| s.index),
+                    command: &r.command,
+                    dir,
+                    env,
+                }
             })
             .collect();
         // In the first run's directory: sbatch reads it as the runs' owner.
@@ -498,7 +511,8 @@ impl SlurmBackend {
             time_limit_ms: first.time_limit,
             dependencies,
             umask: first.umask,
-            env: base.clone(),
+            env: base,
+            common,
             script: &script,
             mail_to: self
                 .slurm
