@@ -118,8 +118,10 @@ impl Slurm {
         }
         args.extend(self.site_args());
         if let Some(to) = &s.mail_to {
-            // One mail per element's end, so that each run's end reaches baton at once.
-            args.push("--mail-type=END,FAIL,ARRAY_TASKS".into());
+            // One mail when the whole array has ended, when the sweep's one report is due. Not
+            // one per element (`ARRAY_TASKS`): slurmctld would start the mail program once per
+            // run (300 processes for 300 runs); the runs' own ends are seen by polling.
+            args.push("--mail-type=END,FAIL".into());
             args.push(format!("--mail-user={to}"));
         }
         args
@@ -309,7 +311,7 @@ mod tests {
             "--cpus-per-task=2",
             "--time=1",
             "--dependency=afterok:9",
-            "--mail-type=END,FAIL,ARRAY_TASKS",
+            "--mail-type=END,FAIL",
         ] {
             assert!(args.iter().any(|a| a == want), "{want} missing: {args:?}");
         }
