@@ -3,8 +3,9 @@
 # with plain sbatch, on the running Slurm cluster (../shared/slurm/start-slurm.sh; for the mail
 # hook its MailProg must be `baton slurm-mail`, as .ci/run sets it up). See docs/benchmarks.md.
 #
-#   bench/slurm.sh                 # N=100 submissions, M=20 latency samples each way
-#   N=200 M=40 bench/slurm.sh
+#   bench/slurm.sh                 # N=100 submissions, M=20 latency samples each way, A=300
+#   N=200 M=40 A=1000 bench/slurm.sh
+#   ONLY=array bench/slurm.sh      # just the array case
 #
 # Submission: N `true` jobs, one CLI call each, timed until every job has a Slurm job id
 # (baton submits asynchronously; the clock stops when the last sbatch has returned), against N
@@ -12,10 +13,15 @@
 # Latency: M jobs, one at a time, each writing the time just before it exits; baton's report is
 # delivered to a `cmd:` channel that records the time it ran; plain sbatch's is `sbatch --wait`
 # returning. Both with baton polling only, and with Slurm's end-of-job mail hook.
+# Array: one plain `sbatch --array=1-A --wrap true`, timed until squeue lists none of its
+# elements pending or running, then one `baton submit --array 1-A -- true`, timed until
+# `baton sweep wait` returns (the sweep's comparison report is built), without and with the hook.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 N=${N:-100}
 M=${M:-20}
+A=${A:-300}
+ONLY=${ONLY:-}
 BATON=${BATON:-$root/target/release/baton}
 if [ ! -x "$BATON" ]; then
   echo "# building release" >&2
@@ -37,6 +43,34 @@ start_daemon() { # $1: mail_hook true|false
   echo $! > "$work/daemon.pid"
   until "$BATON" status >/dev/null 2>&1; do sleep 0.05; done
 }
+
+array_case() {
+  # Plain sbatch first: slurmctld slows with the finished records it keeps (MinJobAge, 300 s on
+  # the test cluster), 300 per case, so each case runs after the ones before it left theirs;
+  # this order puts that handicap on baton.
+  t0=$(now)
+  sid=$(sbatch --parsable --array="1-$A" -J baton-bench -o /dev/null --wrap true)
+  t1=$(now)
+  while [ -n "$(squeue -h -j "$sid" -t pending,running,completing -o %i 2>/dev/null)" ]; do sleep 0.05; done
+  t2=$(now)
+  echo "sbatch --array=1-$A: submit $(ms "$t0" "$t1") ms; gone from squeue after $(ms "$t0" "$t2") ms"
+  for hook in false true; do
+    echo "== one array of $A, mail hook $hook"
+    start_daemon "$hook"
+    t0=$(now)
+    sweep=$("$BATON" submit --array "1-$A" -- true 2>/dev/null)
+    t1=$(now)
+    "$BATON" sweep wait "$sweep" > "$work/sweep-$hook.md" || { echo "the array did not succeed" >&2; cat "$work/sweep-$hook.md" >&2; exit 1; }
+    t2=$(now)
+    arrays=$("$BATON" status --all --json | python3 -c 'import json,sys; print(len({j["slurm_job_id"] for j in json.load(sys.stdin) if j.get("slurm_job_id")}))')
+    [ "$arrays" = 1 ] || { echo "expected one Slurm job for the array, saw $arrays" >&2; exit 1; }
+    echo "baton --array 1-$A (mail hook $hook): submit $(ms "$t0" "$t1") ms; sweep wait returned after $(ms "$t0" "$t2") ms"
+  done
+}
+if [ "$ONLY" = array ]; then
+  array_case
+  exit 0
+fi
 
 echo "== submission: $N jobs"
 start_daemon false
@@ -75,3 +109,5 @@ for i in $(seq "$M"); do
   echo $(( (got - $(cat "$work/pend.$i")) / 1000000 )) >> "$work/lat"
 done
 latency "sbatch --wait"
+
+array_case

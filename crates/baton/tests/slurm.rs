@@ -2,7 +2,9 @@
 //! (`../shared/slurm/start-slurm.sh`, which `.ci/run` starts): a 2-GPU job sees two devices, its
 //! exit code and report come back, a dependent job runs after it (and fails with it), cancel
 //! works, a time limit ends a job `timeout`, Slurm's refusal is passed on, and a daemon killed
-//! mid-job loses nothing.
+//! mid-job loses nothing. A sweep is one Slurm job array: capped at `%K`, each run its element
+//! with its index, parameters, exit code and output, one comparison report, cancelled element
+//! by element, found again after a crash, refused past the cluster's MaxArraySize.
 //!
 //! Without a Slurm cluster the tests skip, unless `BATON_REQUIRE_SLURM=1` (CI) makes that a
 //! failure.
@@ -582,4 +584,372 @@ fn signal_reaches_a_job_running_in_slurm() {
     common::wait_path(&got);
     let done = poll(&b, id, 60, "ended", ended);
     assert_eq!(done["state"], "succeeded", "{done:#}");
+}
+
+/// Submits a sweep or array (`baton submit ARGS`) and returns its id.
+#[track_caller]
+fn submit_sweep(b: &Baton, args: &[&str]) -> u64 {
+    let mut full = vec!["submit"];
+    full.extend_from_slice(args);
+    let out = b.run(&full).expect(0);
+    out.stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("submit printed {:?}, not a sweep id", out.stdout))
+}
+
+fn sweep_status(b: &Baton, id: u64) -> Value {
+    b.run(&["sweep", "status", &id.to_string(), "--json"])
+        .expect(0)
+        .json()
+}
+
+/// The runs' job ids of a sweep, in order.
+fn sweep_jobs(b: &Baton, id: u64) -> Vec<u64> {
+    sweep_status(b, id)["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j.as_u64().unwrap())
+        .collect()
+}
+
+/// `squeue -r -j SID` lines as (array job id, task, state), every state (finished elements stay listed
+/// for the cluster's MinJobAge, 300 s on the test cluster).
+fn array_listing(sid: u64) -> Vec<(String, String, String)> {
+    let out = Command::new("squeue")
+        .env("SLURM_BITSTR_LEN", "0")
+        // -r: one line per element, the pending ones too.
+        .args(["-h", "-r", "-t", "all", "-o", "%F|%K|%T", "-j"])
+        .arg(sid.to_string())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split('|');
+            Some((
+                f.next()?.to_string(),
+                f.next()?.to_string(),
+                f.next()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn an_array_is_one_slurm_array_job_capped_at_k_and_reported_as_one() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let id = submit_sweep(
+        &b,
+        &[
+            "--array",
+            "0-5%2",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$BATON_ARRAY_INDEX $SLURM_ARRAY_TASK_ID $SLURM_ARRAY_JOB_ID $BATON_JOB_ID {index}\" > idx.{index}; \
+             s=$(date +%s%N); sleep 1; e=$(date +%s%N); echo \"$s $e\" > span.{index}; \
+             echo 'val_acc=0.{index}'; [ {index} != 3 ] || exit 4",
+        ],
+    );
+    let out = b.run(&["sweep", "wait", &id.to_string(), "--timeout", "120s"]);
+    assert_eq!(out.code, 1, "run 3 failed: {out:?}\n{}", b.daemon_log());
+    let jobs = sweep_jobs(&b, id);
+    assert_eq!(jobs.len(), 6);
+    // One Slurm job for all six runs.
+    let sids: Vec<u64> = jobs
+        .iter()
+        .map(|&j| b.job(j)["slurm_job_id"].as_u64().expect("a Slurm job id"))
+        .collect();
+    assert!(sids.iter().all(|&s| s == sids[0]), "{sids:?}");
+    let listing = array_listing(sids[0]);
+    let mut tasks: Vec<String> = listing.iter().map(|(_, t, _)| t.clone()).collect();
+    tasks.sort();
+    assert_eq!(tasks, ["0", "1", "2", "3", "4", "5"], "{listing:?}");
+    assert!(
+        listing.iter().all(|(a, _, _)| *a == sids[0].to_string()),
+        "one array job: {listing:?}"
+    );
+    let mut spans: Vec<(i64, i64)> = Vec::new();
+    for (index, &job) in jobs.iter().enumerate() {
+        // Each run is its element: its index is the task Slurm gave it.
+        assert_eq!(
+            b.read(&format!("idx.{index}")).trim(),
+            format!("{index} {index} {} {job} {index}", sids[0])
+        );
+        let span = b.read(&format!("span.{index}"));
+        let mut parts = span.split_whitespace().map(|p| p.parse::<i64>().unwrap());
+        spans.push((parts.next().unwrap(), parts.next().unwrap()));
+        // Its output is in its own job directory, as under the local backend.
+        let stdout = std::fs::read_to_string(b.home.join(format!("jobs/{job}/stdout"))).unwrap();
+        assert_eq!(stdout.trim(), format!("val_acc=0.{index}"));
+    }
+    // At no run's start were more than two running (%2).
+    for (start, _) in &spans {
+        let at_once = spans
+            .iter()
+            .filter(|(s, e)| s <= start && start < e)
+            .count();
+        assert!(at_once <= 2, "{at_once} runs at once: {spans:?}");
+    }
+    let failed = b.job(jobs[3]);
+    assert_eq!(failed["state"], "failed", "{failed:#}");
+    assert_eq!(failed["exit_code"], 4, "{failed:#}");
+    assert_eq!(failed["slurm_state"], "FAILED", "{failed:#}");
+    let view = sweep_status(&b, id);
+    assert_eq!(view["state"], "failed", "{view:#}");
+    assert_eq!(view["counts"]["succeeded"], 5, "{view:#}");
+    assert_eq!(view["counts"]["failed"], 1, "{view:#}");
+    // One comparison report of all six.
+    let stored: Value = serde_json::from_str(
+        &std::fs::read_to_string(b.home.join(format!("sweeps/{id}/report.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(stored["rows"].as_array().unwrap().len(), 6, "{stored:#}");
+    let report = b
+        .run(&["sweep", "status", &id.to_string(), "--report"])
+        .expect(0)
+        .stdout;
+    assert!(report.contains(&format!("sweep {id}")), "{report}");
+}
+
+#[test]
+fn sweep_cancel_cancels_the_arrays_pending_and_running_elements() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let id = submit_sweep(&b, &["--array", "0-3%1", "--", "sleep", "300"]);
+    let jobs = sweep_jobs(&b, id);
+    poll(&b, jobs[0], 30, "running", |j| j["state"] == "running");
+    // The others wait in Slurm, behind the cap.
+    let waiting = poll(&b, jobs[2], 30, "pending in Slurm", |j| {
+        j["reason"].as_str().is_some_and(|r| r.contains("PENDING"))
+    });
+    let sid = waiting["slurm_job_id"].as_u64().unwrap();
+    assert!(
+        waiting["reason"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Slurm job {sid}_2")),
+        "{waiting:#}"
+    );
+    // One pending element cancelled alone: Slurm keeps no record of it, and the others wait on.
+    // (It cannot start meanwhile: run 0 runs for 300 s and the cap is 1.)
+    b.run(&["cancel", &jobs[3].to_string()]).expect(0);
+    let alone = poll(&b, jobs[3], 60, "cancelled", ended);
+    assert_eq!(alone["state"], "cancelled", "{alone:#}\n{}", b.daemon_log());
+    let reason = alone["reason"].as_str().unwrap();
+    assert!(reason.contains("before it started"), "{reason}");
+    let listing = array_listing(sid);
+    assert!(
+        !listing.iter().any(|(_, t, _)| t == "3"),
+        "task 3 is gone: {listing:?}"
+    );
+    assert!(
+        listing.iter().any(|(_, t, s)| t == "2" && s == "PENDING"),
+        "task 2 still waits: {listing:?}"
+    );
+    assert_eq!(b.state(jobs[2]), "queued");
+    b.run(&["sweep", "cancel", &id.to_string()]).expect(0);
+    for &job in &jobs {
+        let j = poll(&b, job, 60, "cancelled", ended);
+        assert_eq!(j["state"], "cancelled", "{j:#}\n{}", b.daemon_log());
+    }
+    let until = Instant::now() + Duration::from_secs(30);
+    while array_listing(sid)
+        .iter()
+        .any(|(_, _, state)| state == "PENDING" || state == "RUNNING")
+    {
+        assert!(
+            Instant::now() < until,
+            "still in Slurm: {:?}",
+            array_listing(sid)
+        );
+        std::thread::sleep(POLL * 4);
+    }
+    let until = Instant::now() + Duration::from_secs(30);
+    while sweep_status(&b, id)["state"] != "cancelled" {
+        assert!(Instant::now() < until, "{:#}", sweep_status(&b, id));
+        std::thread::sleep(POLL * 4);
+    }
+}
+
+#[test]
+fn an_interrupted_array_submission_is_found_again_not_made_twice() {
+    if !slurm_up() {
+        return;
+    }
+    let mut b = start();
+    let gate = common::wait_for_file("go");
+    let id = submit_sweep(&b, &["--array", "1-3", "--", "sh", "-c", &gate]);
+    let jobs = sweep_jobs(&b, id);
+    let mut sids = Vec::new();
+    for &job in &jobs {
+        let j = poll(&b, job, 30, "in Slurm", |j| j["slurm_job_id"].is_u64());
+        sids.push(j["slurm_job_id"].as_u64().unwrap());
+    }
+    b.kill_daemon();
+    // What a crash between sbatch and the record of its answer leaves: the submission marked
+    // as under way (since when, which names it), no Slurm id.
+    let db = rusqlite::Connection::open(b.home.join("baton.db")).unwrap();
+    db.execute_batch(&format!(
+        "UPDATE jobs SET slurm_id = NULL WHERE sweep_id = {id};"
+    ))
+    .unwrap();
+    drop(db);
+    b.serve();
+    b.touch("go");
+    let out = b.run(&["sweep", "wait", &id.to_string(), "--timeout", "60s"]);
+    assert_eq!(out.code, 0, "{out:?}\n{}", b.daemon_log());
+    for (&job, &sid) in jobs.iter().zip(&sids) {
+        assert_eq!(b.job(job)["slurm_job_id"], sid, "found again");
+    }
+    // Slurm has exactly one array of this daemon for the sweep (other tests' daemons name
+    // theirs alike: this one's tag, in the comment, tells them apart).
+    let out = Command::new("squeue")
+        .args(["-h", "-t", "all", "-o", "%F|%k"])
+        .arg(format!("--name=baton-s{id}"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let comment = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{}|", sids[0])))
+        .unwrap()
+        .to_string();
+    let tag = comment.rsplitn(3, ':').nth(2).unwrap().to_string();
+    let mut arrays: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(&format!("|{tag}:")))
+        .filter_map(|l| l.split('|').next())
+        .collect();
+    arrays.sort_unstable();
+    arrays.dedup();
+    assert_eq!(arrays, [sids[0].to_string()], "{text}");
+    assert!(b.daemon_log().contains("found its interrupted submission"));
+}
+
+#[test]
+fn an_array_beyond_the_clusters_max_array_size_is_refused_naming_it() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    // The test cluster's MaxArraySize is Slurm's default, 1001: indices up to 1000.
+    let id = submit_sweep(&b, &["--array", "999-1001", "--", "true"]);
+    for job in sweep_jobs(&b, id) {
+        let j = poll(&b, job, 30, "refused", ended);
+        assert_eq!(j["state"], "failed", "{j:#}");
+        let reason = j["reason"].as_str().unwrap();
+        assert!(reason.starts_with("Slurm refused the sweep:"), "{reason}");
+        assert!(reason.contains("MaxArraySize is 1001"), "{reason}");
+    }
+}
+
+#[test]
+fn a_sweeps_parameters_reach_each_element_verbatim() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let id = submit_sweep(
+        &b,
+        &[
+            "--sweep",
+            "lr=it's $HOME `id`,two  spaces",
+            "--",
+            "sh",
+            "-c",
+            "printf '%s' \"$BATON_PARAM_LR\" > param.$BATON_ARRAY_INDEX",
+        ],
+    );
+    let out = b.run(&["sweep", "wait", &id.to_string(), "--timeout", "60s"]);
+    assert_eq!(out.code, 0, "{out:?}\n{}", b.daemon_log());
+    assert_eq!(b.read("param.0"), "it's $HOME `id`");
+    assert_eq!(b.read("param.1"), "two  spaces");
+    let jobs = sweep_jobs(&b, id);
+    let sid = b.job(jobs[0])["slurm_job_id"].as_u64().unwrap();
+    assert_eq!(b.job(jobs[1])["slurm_job_id"], sid, "one array");
+}
+
+#[test]
+fn an_elements_time_limit_ends_it_as_timeout_and_the_others_run_on() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    // Slurm counts minutes: the shortest limit is one.
+    let id = submit_sweep(
+        &b,
+        &[
+            "--array",
+            "0-1",
+            "--time-limit",
+            "1m",
+            "--",
+            "sh",
+            "-c",
+            "[ {index} = 0 ] && exit 0; sleep 600",
+        ],
+    );
+    let out = b.run(&["sweep", "wait", &id.to_string(), "--timeout", "180s"]);
+    assert_eq!(out.code, 1, "{out:?}\n{}", b.daemon_log());
+    let jobs = sweep_jobs(&b, id);
+    assert_eq!(b.job(jobs[0])["state"], "succeeded");
+    let slow = b.job(jobs[1]);
+    assert_eq!(slow["state"], "timeout", "{slow:#}");
+    assert_eq!(slow["slurm_state"], "TIMEOUT", "{slow:#}");
+    assert_eq!(sweep_status(&b, id)["state"], "failed");
+}
+
+#[test]
+fn a_retried_element_runs_again_as_an_array_of_one_with_its_task_id() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    let id = submit_sweep(
+        &b,
+        &[
+            "--array",
+            "0-2",
+            "--retries",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID\" > t.{index}.$BATON_ATTEMPT; \
+             [ \"$BATON_ATTEMPT\" = 1 ] && [ {index} = 1 ] && exit 3; true",
+        ],
+    );
+    let out = b.run(&["sweep", "wait", &id.to_string(), "--timeout", "90s"]);
+    assert_eq!(out.code, 0, "{out:?}\n{}", b.daemon_log());
+    let jobs = sweep_jobs(&b, id);
+    let first: Vec<String> = b
+        .read("t.1.1")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let again: Vec<String> = b
+        .read("t.1.2")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        (first[1].as_str(), again[1].as_str()),
+        ("1", "1"),
+        "task ids"
+    );
+    assert_ne!(first[0], again[0], "the retry is a Slurm job of its own");
+    let retried = b.job(jobs[1]);
+    assert_eq!(
+        retried["slurm_job_id"].as_u64().unwrap().to_string(),
+        again[0]
+    );
+    assert_eq!(retried["attempt"], 2, "{retried:#}");
 }

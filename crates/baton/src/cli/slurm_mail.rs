@@ -1,5 +1,6 @@
 //! `baton slurm-mail -s SUBJECT RECIPIENT`: a Slurm `MailProg`. slurmctld runs it the moment a
-//! job that asked for mail (`--mail-type=END,FAIL`) ends. Jobs submitted by baton's Slurm
+//! job that asked for mail (`--mail-type=END,FAIL`; a sweep's array: when all of it has
+//! ended) ends. Jobs submitted by baton's Slurm
 //! backend with `[backend] mail_hook = true` give their daemon's socket as the recipient; this
 //! pokes that daemon (`POST /v1/slurm/poke`) so its report goes out within a second instead of
 //! at the next poll. Mail for anyone else is handed to the real mailer (`BATON_SLURM_MAILER`,

@@ -13,11 +13,20 @@
 //!   A job seen running is started in the store with the GPUs Slurm gave it; a job seen ended
 //!   (in `scontrol`, else `sacct`) ends through the same path as a local job, so retries,
 //!   reports and wake-ups are unchanged.
-//! - **Cancel** is `scancel` (SIGTERM, SIGKILL after the cluster's KillWait); **signal** is
-//!   `scancel --signal=N --full` (every step and the batch script), as the job's owner.
+//! - **Sweeps**: the runs of a sweep or array that can go in one pass go as one job array
+//!   (`sbatch --array=INDICES%K`, `array.rs`), each run the element whose task is its index.
+//!   A run is tracked by `(array id, task)`: its line in the array's `squeue` listing (the
+//!   pending ones are one `ID_[RANGES]` line), its record in `scontrol show job ARRAY` (one
+//!   call per array per look). An element gone from both without an accounting record was
+//!   cancelled while pending (Slurm 22.05 keeps no record of that) when baton asked for it,
+//!   else it is lost. Its end goes through the same transitions as any job's, so the sweep's
+//!   one comparison report is built as under the local backend.
+//! - **Cancel** is `scancel` (SIGTERM, SIGKILL after the cluster's KillWait), `scancel ID_TASK`
+//!   for a run of an array; **signal** is `scancel --signal=N --full` (every step and the
+//!   batch script), as the job's owner.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_core::lifecycle::decide::{self, SlurmEnd, WorkflowState};
@@ -26,7 +35,8 @@ use baton_core::{DepKind, JobId, JobState, Millis};
 
 use futures_util::future::BoxFuture;
 
-use super::{HetTask, JobInfo, QueueLine, Slurm, SlurmError, Submission};
+use super::array::{ArrayElement, ArraySubmission, task_of_script};
+use super::{HetTask, JobInfo, QueueLine, Slurm, SlurmError, SlurmRef, Submission};
 use crate::clock::now_ms;
 use crate::executor::backend::{SignalError, cancel_unstarted};
 use crate::executor::{Backend, Host, Placed, job_env};
@@ -46,14 +56,45 @@ pub struct SlurmBackend {
     slurm: Slurm,
     /// Asks the tracker to look now (a submission, a cancel, Slurm's end-of-job mail).
     wake: Arc<tokio::sync::Notify>,
+    /// Which jobs are array elements: job → (its Slurm job id, its task), read once from the
+    /// job's script (`array::ARRAY_TASK_LINE`), which survives a restart.
+    tasks: Arc<Mutex<ArrayTasks>>,
 }
+
+/// Job → (the Slurm job id it was seen with, its array task if it is an element).
+type ArrayTasks = HashMap<JobId, (u64, Option<u32>)>;
 
 impl SlurmBackend {
     pub fn new(slurm: Slurm) -> SlurmBackend {
         SlurmBackend {
             slurm,
             wake: Arc::new(tokio::sync::Notify::new()),
+            tasks: Arc::default(),
         }
+    }
+
+    /// What a job is tracked, cancelled and depended on by in Slurm: its job, or its element
+    /// of a sweep's array.
+    fn slurm_ref<H: Host>(&self, d: &H, job: &JobRecord) -> Option<SlurmRef> {
+        let sid = job.slurm_id()?;
+        Some(SlurmRef {
+            id: sid,
+            task: self.array_task(d, job.id, sid),
+        })
+    }
+
+    fn array_task<H: Host>(&self, d: &H, id: JobId, sid: u64) -> Option<u32> {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&(seen, task)) = tasks.get(&id)
+            && seen == sid
+        {
+            return task;
+        }
+        let task = std::fs::read_to_string(d.files(id).dir.join("slurm.sh"))
+            .ok()
+            .and_then(|s| task_of_script(&s));
+        tasks.insert(id, (sid, task));
+        task
     }
 }
 
@@ -91,7 +132,7 @@ impl<H: Host> Backend<H> for SlurmBackend {
     }
 
     fn signal(&self, host: &H, job: &JobRecord, signal: i32) -> Result<String, SignalError> {
-        let Some(sid) = job.slurm_id() else {
+        let Some(sid) = self.slurm_ref(host, job) else {
             // Running, but not in Slurm: a job of this machine's supervisors from before the
             // daemon ran under Slurm; nothing here reaches it.
             return Err(SignalError::NothingRuns(
@@ -132,6 +173,9 @@ impl SlurmBackend {
         let mut submit: Vec<(JobRecord, Vec<String>)> = Vec::new();
         let mut failed: Vec<(JobId, String)> = Vec::new();
         let mut gangs: Vec<(u64, Vec<JobRecord>)> = Vec::new();
+        // A sweep's runs that go now, as one array: sweep → (max_parallel, runs, dependencies).
+        type Runs = (Option<u32>, Vec<JobRecord>, Vec<String>);
+        let mut arrays: BTreeMap<u64, Runs> = BTreeMap::new();
         {
             let mut inner = d.lock_jobs();
             // Atomic workflows go whole, as one heterogeneous job, once none of their tasks is
@@ -189,21 +233,22 @@ impl SlurmBackend {
                     continue;
                 }
                 let mut deps = Vec::new();
-                for d in &job.deps {
-                    let kind = match d.kind {
+                for dep in &job.deps {
+                    let kind = match dep.kind {
                         DepKind::Success => "afterok",
                         DepKind::Any => "afterany",
                         DepKind::Failure => "afternotok",
                     };
-                    match inner.get(d.job) {
-                        Some(dep) => match dep.slurm_id() {
-                            Some(sid) => deps.push(format!("{kind}:{sid}")),
+                    match inner.get(dep.job) {
+                        // On a run of an array: on its element.
+                        Some(on) => match self.slurm_ref(&**d, on) {
+                            Some(sref) => deps.push(format!("{kind}:{sref}")),
                             None => continue 'jobs, // submitted after it
                         },
                         // Ended (or never was): it either allows this job or fails it.
                         None => {
-                            let state = ended.get(&d.job).map(|(s, _)| *s);
-                            if let Some(why) = decide::dependency_failure(d, state) {
+                            let state = ended.get(&dep.job).map(|(s, _)| *s);
+                            if let Some(why) = decide::dependency_failure(dep, state) {
                                 failed.push((job.id, why));
                                 continue 'jobs;
                             }
@@ -211,6 +256,17 @@ impl SlurmBackend {
                     }
                 }
                 match inner.apply(job.id, Transition::SlurmSubmitting { at: now }, now) {
+                    Ok((job, _)) if job.sweep.is_some() => {
+                        let sweep = job.sweep.as_ref().map_or(0, |r| r.id);
+                        let max = inner.sweep(sweep).and_then(|s| s.max_parallel);
+                        let group = arrays.entry(sweep).or_insert((max, Vec::new(), Vec::new()));
+                        group.1.push(job);
+                        for dep in deps {
+                            if !group.2.contains(&dep) {
+                                group.2.push(dep);
+                            }
+                        }
+                    }
                     Ok((job, _)) => submit.push((job, deps)),
                     Err(e) => {
                         tracing::error!(job = job.id.0, "cannot record the submission: {e}")
@@ -221,13 +277,16 @@ impl SlurmBackend {
                 d.end(&mut inner, id, Ending::failed(reason, now));
             }
         }
-        if submit.is_empty() && gangs.is_empty() {
+        if submit.is_empty() && gangs.is_empty() && arrays.is_empty() {
             return next_wakeup;
         }
         let (me, d) = (self.clone(), d.clone());
         d.clone().tasks().spawn_blocking(move || {
             for (workflow, tasks) in gangs {
                 me.submit_gang(&d, workflow, &tasks);
+            }
+            for (sweep, (max, runs, deps)) in arrays {
+                me.submit_array(&d, sweep, max, &runs, deps, now);
             }
             for (job, deps) in submit {
                 me.submit_to_slurm(&d, &job, deps);
@@ -392,6 +451,138 @@ impl SlurmBackend {
         }
     }
 
+    /// Submits runs of one sweep as one job array: run `i` is the element with task `i` (its
+    /// index), at most `max` of them running at once. Runs of one submission share their
+    /// resources, directory and umask; the first run's are the array's.
+    fn submit_array<H: Host>(
+        &self,
+        d: &Arc<H>,
+        sweep: u64,
+        max: Option<u32>,
+        runs: &[JobRecord],
+        dependencies: Vec<String>,
+        since: Millis,
+    ) {
+        let mut runs: Vec<&JobRecord> = runs.iter().collect();
+        runs.sort_by_key(|r| r.sweep.as_ref().map_or(0, |s| s.index));
+        let first = runs[0];
+        // What sbatch runs in, and so every element starts with: the submitter's variables.
+        let mut base = first.env.clone();
+        base.remove("CUDA_VISIBLE_DEVICES");
+        let dirs: Vec<std::path::PathBuf> = runs.iter().map(|r| d.files(r.id).dir).collect();
+        // Each run's variables beyond sbatch's; those all runs have alike are set once.
+        let envs: Vec<BTreeMap<String, String>> = runs
+            .iter()
+            .map(|r| {
+                job_env(r, r.attempt() + 1, Placed::ByCluster, d.tag())
+                    .into_iter()
+                    .filter(|(k, v)| base.get(k) != Some(v))
+                    .collect()
+            })
+            .collect();
+        let mut common = envs[0].clone();
+        common.retain(|k, v| envs.iter().all(|e| e.get(k) == Some(v)));
+        let elements: Vec<ArrayElement<'_>> = runs
+            .iter()
+            .zip(&dirs)
+            .zip(envs)
+            .map(|((r, dir), mut env)| {
+                env.retain(|k, _| !common.contains_key(k));
+                ArrayElement {
+                    job: r.id.0,
+                    task: r.sweep.as_ref().map_or(0, |s| s.index),
+                    command: &r.command,
+                    dir,
+                    env,
+                }
+            })
+            .collect();
+        // In the first run's directory: sbatch reads it as the runs' owner.
+        let script = dirs[0].join("slurm-array.sh");
+        let submission = ArraySubmission {
+            sweep,
+            since,
+            elements,
+            max_parallel: max,
+            cwd: &first.cwd,
+            gpus: first.request.count,
+            cpus: first.request.cpus,
+            mem: first.request.mem,
+            time_limit_ms: first.time_limit,
+            dependencies,
+            umask: first.umask,
+            env: base,
+            common,
+            script: &script,
+            mail_to: self
+                .slurm
+                .settings
+                .mail_hook
+                .then(|| d.socket().display().to_string()),
+        };
+        let result = match d.run_as(first) {
+            Err(e) => Err(SlurmError::Refused(e)),
+            Ok(run_as) => self.slurm.submit_array(&submission, run_as.as_ref()),
+        };
+        let now = now_ms();
+        let mut inner = d.lock_jobs();
+        match result {
+            Ok(sid) => {
+                tracing::info!(
+                    sweep,
+                    slurm = sid,
+                    runs = runs.len(),
+                    "submitted to Slurm as one job array"
+                );
+                {
+                    let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+                    for e in &submission.elements {
+                        tasks.insert(JobId(e.job), (sid, Some(e.task)));
+                    }
+                }
+                let changes = submission
+                    .elements
+                    .iter()
+                    .map(|e| {
+                        let submitted = Transition::SlurmSubmitted {
+                            id: sid,
+                            reason: Some(format!("Slurm job {sid}_{}: submitted", e.task)),
+                        };
+                        (JobId(e.job), submitted)
+                    })
+                    .collect();
+                let cancel: Vec<JobRecord> = match inner.apply_all(changes, now, |_| Ok(())) {
+                    // Cancelled while sbatch ran: cancelled in Slurm now.
+                    Ok(done) => done
+                        .into_iter()
+                        .map(|(j, _)| j)
+                        .filter(|j| j.cancel_requested_by().is_some())
+                        .collect(),
+                    Err(e) => {
+                        tracing::error!(sweep, "cannot record Slurm job {sid}: {e}");
+                        Vec::new()
+                    }
+                };
+                drop(inner);
+                for j in cancel {
+                    self.slurm_cancel(&**d, &j);
+                }
+            }
+            Err(SlurmError::Refused(message)) => {
+                tracing::warn!(sweep, "Slurm refused the sweep: {message}");
+                for r in &runs {
+                    let reason = format!("Slurm refused the sweep: {message}");
+                    d.end(&mut inner, r.id, Ending::failed(reason, now));
+                }
+            }
+            Err(e @ SlurmError::Unreachable(_)) => {
+                tracing::warn!(sweep, "{e}; trying again in 5 s");
+                let ids: Vec<JobId> = runs.iter().map(|r| r.id).collect();
+                self.submit_later(d, &mut inner, &ids, &e);
+            }
+        }
+    }
+
     /// Slurm did not answer: the jobs go back to waiting for submission, with the reason, and
     /// the next pass in a few seconds tries again.
     fn submit_later<H: Host>(
@@ -438,15 +629,29 @@ impl SlurmBackend {
             .filter(|j| j.slurm_id().is_none() && j.slurm_submitting_at().is_some())
             .cloned()
             .collect();
+        // A sweep's runs submitted together are one array: looked for once.
+        let mut arrays: HashMap<(u64, Millis), Result<Option<u64>, String>> = HashMap::new();
         for job in interrupted {
             let gang = job.workflow_id.filter(|w| {
                 d.lock_jobs()
                     .workflow(*w)
                     .is_some_and(|wf| wf.atomic && wf.state == WorkflowState::Queued)
             });
-            let found = match gang {
-                Some(w) => self.slurm.find_het(w, job.attempt() + 1),
-                None => self.slurm.find(job.id.0, job.attempt() + 1),
+            let found = match (gang, &job.sweep) {
+                (Some(w), _) => self.slurm.find_het(w, job.attempt() + 1),
+                (None, Some(run)) => {
+                    let since = job.slurm_submitting_at().unwrap_or(0);
+                    arrays
+                        .entry((run.id, since))
+                        .or_insert_with(|| {
+                            self.slurm
+                                .find_array(run.id, since)
+                                .map_err(|e| e.to_string())
+                        })
+                        .clone()
+                        .map_err(SlurmError::Unreachable)
+                }
+                (None, None) => self.slurm.find(job.id.0, job.attempt() + 1),
             };
             let mut inner = d.lock_jobs();
             match found {
@@ -524,11 +729,19 @@ impl SlurmBackend {
         let mut ids = ids;
         ids.sort_unstable();
         ids.dedup();
-        // A heterogeneous job lists one line per component: it is over when all are.
+        // A heterogeneous job lists one line per component: it is over when all are. An
+        // array lists a line per element it has started and one for its pending elements.
+        let mut elements: HashMap<(u64, u32), QueueLine> = HashMap::new();
         let lines: HashMap<u64, QueueLine> = match self.slurm.queue(&ids) {
             Ok(lines) => {
                 let mut by_id: HashMap<u64, QueueLine> = HashMap::new();
                 for l in lines {
+                    if !l.tasks.is_empty() {
+                        for &t in &l.tasks {
+                            elements.insert((l.id, t), l.clone());
+                        }
+                        continue;
+                    }
                     match by_id.get(&l.id) {
                         Some(seen) if !crate::executor::slurm::parse::is_final(&seen.state) => {}
                         _ => {
@@ -545,6 +758,7 @@ impl SlurmBackend {
         };
         let mut changed = false;
         let mut running = false;
+        let mut arrays = ArrayDetails::default();
         for &(id, sid) in tracked {
             let line = lines.get(&sid);
             let state = line.map(|l| l.state.as_str()).unwrap_or("");
@@ -552,6 +766,15 @@ impl SlurmBackend {
             let Some(job) = known.filter(|j| j.slurm_id() == Some(sid)) else {
                 continue; // ended or resubmitted meanwhile
             };
+            if let Some(task) = self.array_task(&**d, id, sid) {
+                let line = elements.get(&(sid, task));
+                match self.element_check(&**d, &job, sid, task, line, &mut arrays) {
+                    Some(true) => changed = true,
+                    Some(false) => running = true,
+                    None => {}
+                }
+                continue;
+            }
             let is_final = line.is_none() || crate::executor::slurm::parse::is_final(state);
             if self.in_gang(&**d, &job) {
                 match self.gang_task_check(&**d, &job, sid, is_final) {
@@ -563,23 +786,12 @@ impl SlurmBackend {
             }
             if !is_final && state != "RUNNING" && state != "COMPLETING" {
                 // Waiting in Slurm's queue (or suspended): say why.
-                let reason = match line {
-                    Some(l) if !l.reason.is_empty() && l.reason != "None" => {
-                        format!("Slurm job {sid}: {} ({})", l.state, l.reason)
-                    }
-                    Some(l) => format!("Slurm job {sid}: {}", l.state),
-                    None => continue,
-                };
-                if job.slurm_state() != Some(state) || job.reason() != Some(reason.as_str()) {
-                    let seen = Transition::SlurmSeen {
-                        state: state.to_string(),
-                        reason: Some(reason),
-                        nodes: None,
+                if let Some(l) = line {
+                    let sref = SlurmRef {
+                        id: sid,
+                        task: None,
                     };
-                    if let Err(e) = d.lock_jobs().apply(id, seen, now_ms()) {
-                        tracing::warn!(job = id.0, "cannot record Slurm's word: {e}");
-                    }
-                    changed = true;
+                    changed |= self.waiting(&**d, &job, sref, l);
                 }
                 continue;
             }
@@ -594,7 +806,14 @@ impl SlurmBackend {
                 }
             };
             let Some(info) = info else {
-                self.slurm_lost(&**d, &job, sid);
+                self.slurm_lost(
+                    &**d,
+                    &job,
+                    SlurmRef {
+                        id: sid,
+                        task: None,
+                    },
+                );
                 changed = true;
                 continue;
             };
@@ -615,6 +834,113 @@ impl SlurmBackend {
         } else {
             Check::Quiet { running }
         }
+    }
+
+    /// The job waits in Slurm's queue (or is suspended): its reason says why. Returns whether
+    /// that changed.
+    fn waiting<H: Host>(&self, d: &H, job: &JobRecord, sref: SlurmRef, l: &QueueLine) -> bool {
+        let reason = if !l.reason.is_empty() && l.reason != "None" {
+            format!("Slurm job {sref}: {} ({})", l.state, l.reason)
+        } else {
+            format!("Slurm job {sref}: {}", l.state)
+        };
+        if job.slurm_state() == Some(l.state.as_str()) && job.reason() == Some(reason.as_str()) {
+            return false;
+        }
+        let seen = Transition::SlurmSeen {
+            state: l.state.clone(),
+            reason: Some(reason),
+            nodes: None,
+        };
+        if let Err(e) = d.lock_jobs().apply(job.id, seen, now_ms()) {
+            tracing::warn!(job = job.id.0, "cannot record Slurm's word: {e}");
+        }
+        true
+    }
+
+    /// A run of a sweep's array, element `task` of Slurm job `sid`, from its line in the
+    /// array's listing and its record (`scontrol`, else `sacct`). `Some(true)`: something
+    /// changed; `Some(false)`: it runs (or Slurm did not answer); `None`: it waits.
+    fn element_check<H: Host>(
+        &self,
+        d: &H,
+        job: &JobRecord,
+        sid: u64,
+        task: u32,
+        line: Option<&QueueLine>,
+        arrays: &mut ArrayDetails,
+    ) -> Option<bool> {
+        let sref = SlurmRef {
+            id: sid,
+            task: Some(task),
+        };
+        let active = |state: &str| state == "RUNNING" || state == "COMPLETING";
+        if let Some(l) = line
+            && !crate::executor::slurm::parse::is_final(&l.state)
+            && !active(&l.state)
+        {
+            return self.waiting(d, job, sref, l).then_some(true);
+        }
+        // Running, ended, or not listed: its record says which.
+        let shown = arrays.shown.entry(sid).or_insert_with(|| {
+            self.slurm
+                .show_all(sid)
+                .map_err(|e| tracing::warn!("{e}"))
+                .ok()
+        });
+        let Some(shown) = shown else {
+            return Some(false); // Slurm did not answer: the next look asks again
+        };
+        let of_task = |infos: &[JobInfo]| {
+            infos
+                .iter()
+                .find(|i| {
+                    i.array
+                        .as_ref()
+                        .is_some_and(|(a, tasks)| *a == sid && tasks.contains(&task))
+                })
+                .cloned()
+        };
+        let info = of_task(shown).or_else(|| {
+            let accounted = arrays
+                .accounted
+                .entry(sid)
+                .or_insert_with(|| self.slurm.accounting_all(sid).unwrap_or_default());
+            of_task(accounted)
+        });
+        let Some(info) = info else {
+            // Gone from the listing and from Slurm's records, with no accounting: Slurm keeps
+            // nothing of an element cancelled while it was pending.
+            let mut inner = d.lock_jobs();
+            if !inner.is_active(job.id) {
+                return None;
+            }
+            match job.cancel_requested_by() {
+                Some(by) if job.state() == JobState::Queued => {
+                    let reason = format!("cancelled by {by} before it started (Slurm job {sref})");
+                    d.end(&mut inner, job.id, Ending::cancelled(reason, now_ms()));
+                }
+                _ => {
+                    drop(inner);
+                    self.slurm_lost(d, job, sref);
+                }
+            }
+            return Some(true);
+        };
+        if !info.ended() && !active(&info.state) {
+            // Still among the array's pending elements (or held there): not lost.
+            return None;
+        }
+        let mut changed = false;
+        if job.state() == JobState::Queued {
+            self.slurm_started(d, job, &info);
+            changed = true;
+        }
+        if info.ended() {
+            self.slurm_ended(d, job.id, &info);
+            return Some(true);
+        }
+        if changed { Some(true) } else { Some(false) }
     }
 
     /// A task of a heterogeneous job, from the files its runner and step leave: started (with
@@ -757,7 +1083,7 @@ impl SlurmBackend {
     }
 
     /// Slurm no longer knows the job and there is no accounting to ask.
-    fn slurm_lost<H: Host>(&self, d: &H, job: &JobRecord, sid: u64) {
+    fn slurm_lost<H: Host>(&self, d: &H, job: &JobRecord, sid: SlurmRef) {
         let mut inner = d.lock_jobs();
         let ending = Ending::failed(
             format!("Slurm no longer knows Slurm job {sid}, and it has no accounting to ask"),
@@ -775,7 +1101,7 @@ impl SlurmBackend {
     /// thread of its own. Returns whether `scancel` was sent (a job still in `sbatch` is
     /// cancelled as soon as it has an id).
     fn slurm_cancel<H: Host>(&self, d: &H, job: &JobRecord) -> bool {
-        let Some(sid) = job.slurm_id() else {
+        let Some(sid) = self.slurm_ref(d, job) else {
             return false;
         };
         let slurm = self.slurm.clone();
@@ -784,13 +1110,22 @@ impl SlurmBackend {
         let id = job.id;
         d.tasks().spawn_blocking(move || {
             match slurm.cancel(sid, run_as.as_ref()) {
-                Ok(()) => tracing::info!(job = id.0, slurm = sid, "scancel sent"),
-                Err(e) => tracing::warn!(job = id.0, slurm = sid, "scancel failed: {e}"),
+                Ok(()) => tracing::info!(job = id.0, slurm = %sid, "scancel sent"),
+                Err(e) => tracing::warn!(job = id.0, slurm = %sid, "scancel failed: {e}"),
             }
             wake.notify_one();
         });
         true
     }
+}
+
+/// The records of the arrays one look needed, each asked for once.
+#[derive(Default)]
+struct ArrayDetails {
+    /// `scontrol show job ARRAY` (`None`: Slurm did not answer).
+    shown: HashMap<u64, Option<Vec<JobInfo>>>,
+    /// `sacct -j ARRAY`.
+    accounted: HashMap<u64, Vec<JobInfo>>,
 }
 
 /// What one look at Slurm found.

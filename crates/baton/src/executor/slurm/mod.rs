@@ -1,12 +1,13 @@
 //! Driving a real Slurm cluster (DESIGN §8): with `[backend] kind = "slurm"` in config.toml a job
 //! becomes an `sbatch` submission instead of a local process, its state comes from `squeue` and
 //! `scontrol` (`sacct` once Slurm has forgotten it), and cancel is `scancel`. This module runs
-//! those commands and builds what goes into them; `parse` reads what they print; the daemon's
-//! `slurm` module decides when to call them.
+//! those commands and builds what goes into them (`array` builds a sweep's one job array);
+//! `parse` reads what they print; `backend` decides when to call them.
 //!
 //! Nothing from a job reaches a shell unquoted: the job's command goes into its batch script as
 //! single-quoted words, and every other value is one argument of an exec.
 
+pub mod array;
 pub mod backend;
 pub mod parse;
 
@@ -18,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::executor::RunAs;
 pub use backend::SlurmBackend;
-pub use parse::{JobInfo, QueueLine};
+pub use parse::{JobInfo, QueueLine, SlurmRef};
 
 /// `[backend]` in config.toml.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -101,8 +102,10 @@ impl Slurm {
             None => PathBuf::from(name),
         };
         let mut cmd = Command::new(program);
-        // Times as Unix seconds: no time zone to guess.
+        // Times as Unix seconds: no time zone to guess. An array's pending tasks in full
+        // (`123_[3-299]`), not cut short at Slurm's default 64 characters.
         cmd.env("SLURM_TIME_FORMAT", "%s")
+            .env("SLURM_BITSTR_LEN", "0")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -202,13 +205,7 @@ impl Slurm {
             args.push(format!("--gres=gpu:{}", s.gpus));
         }
         args.extend(host_args(s.cpus, s.mem));
-        if let Some(ms) = s.time_limit_ms {
-            // Slurm counts whole minutes; round up so a job never gets less than it asked.
-            args.push(format!(
-                "--time={}",
-                ms.max(1).saturating_add(59_999) / 60_000
-            ));
-        }
+        args.extend(s.time_limit_ms.map(time_arg));
         if !s.dependencies.is_empty() {
             args.push(format!("--dependency={}", s.dependencies.join(",")));
         }
@@ -270,6 +267,34 @@ impl Slurm {
         Ok(stdout.lines().find_map(parse::show))
     }
 
+    /// Everything Slurm says about a job array: one record per element it has started, and one
+    /// for the elements still pending together (empty once it has forgotten them all).
+    pub fn show_all(&self, id: u64) -> Result<Vec<JobInfo>, SlurmError> {
+        let mut cmd = self.command("scontrol");
+        cmd.args(["show", "job", "-d", "-o"]).arg(id.to_string());
+        let (ok, stdout, stderr) = self.run(cmd, "scontrol")?;
+        if !ok {
+            if stderr.contains("Invalid job id") {
+                return Ok(Vec::new());
+            }
+            return Err(SlurmError::Unreachable(format!("scontrol: {stderr}")));
+        }
+        Ok(stdout.lines().filter_map(parse::show).collect())
+    }
+
+    /// The accounting records of a job array's elements (needs slurmdbd; none without it).
+    pub fn accounting_all(&self, id: u64) -> Result<Vec<JobInfo>, SlurmError> {
+        let mut cmd = self.command("sacct");
+        cmd.args(["-n", "-P", "-X", "-o", parse::SACCT_FORMAT, "-j"])
+            .arg(id.to_string());
+        let (ok, stdout, _) = self.run(cmd, "sacct")?;
+        Ok(if ok {
+            parse::accounting_all(&stdout)
+        } else {
+            Vec::new()
+        })
+    }
+
     /// The accounting record of a job Slurm's controller has forgotten (needs slurmdbd).
     pub fn accounting(&self, id: u64) -> Result<Option<JobInfo>, SlurmError> {
         let mut cmd = self.command("sacct");
@@ -280,7 +305,7 @@ impl Slurm {
     }
 
     /// `scancel`: SIGTERM to the job, SIGKILL after the cluster's KillWait.
-    pub fn cancel(&self, id: u64, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+    pub fn cancel(&self, id: SlurmRef, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
         let mut cmd = self.command("scancel");
         cmd.arg(id.to_string());
         if let Some(run_as) = run_as {
@@ -298,7 +323,12 @@ impl Slurm {
 impl Slurm {
     /// `scancel --signal=N --full`: signal `signal` to every step of the job and to its batch
     /// script (`--full`; without it the batch shell alone is spared).
-    pub fn signal(&self, id: u64, signal: i32, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+    pub fn signal(
+        &self,
+        id: SlurmRef,
+        signal: i32,
+        run_as: Option<&RunAs>,
+    ) -> Result<(), SlurmError> {
         let mut cmd = self.command("scancel");
         cmd.arg(format!("--signal={signal}"))
             .arg("--full")
@@ -337,6 +367,11 @@ pub fn batch_script(s: &Submission<'_>) -> String {
     gpu_env(&mut out, s.gpus);
     exec_line(&mut out, s.umask, s.command);
     out
+}
+
+/// `--time`: Slurm counts whole minutes; rounded up so a job never gets less than it asked.
+fn time_arg(ms: i64) -> String {
+    format!("--time={}", ms.max(1).saturating_add(59_999) / 60_000)
 }
 
 /// The GPU part of a job's environment (DESIGN §2), which only the cluster knows: Slurm sets
@@ -476,12 +511,7 @@ impl Slurm {
                 args.push(format!("--gres=gpu:{}", t.gpus));
             }
             args.extend(host_args(t.cpus, t.mem));
-            if let Some(ms) = time_limit_ms {
-                args.push(format!(
-                    "--time={}",
-                    ms.max(1).saturating_add(59_999) / 60_000
-                ));
-            }
+            args.extend(time_limit_ms.map(time_arg));
         }
         args
     }
