@@ -785,12 +785,20 @@ fn an_interrupted_array_submission_is_found_again_not_made_twice() {
         return;
     }
     let mut b = start();
+    // The array waits in Slurm (for a job that waits for a file) while the daemon is killed: a
+    // crash between `sbatch` and the record of its answer leaves runs that are still queued.
+    let blocker = b.submit_sh(&[], &common::wait_for_file("go.first"));
     let gate = common::wait_for_file("go");
-    let id = submit_sweep(&b, &["--array", "1-3", "--", "sh", "-c", &gate]);
+    let after = blocker.to_string();
+    let id = submit_sweep(
+        &b,
+        &["--array", "1-3", "--after", &after, "--", "sh", "-c", &gate],
+    );
     let jobs = sweep_jobs(&b, id);
     let mut sids = Vec::new();
     for &job in &jobs {
         let j = poll(&b, job, 30, "in Slurm", |j| j["slurm_job_id"].is_u64());
+        assert_eq!(j["state"], "queued", "{j:#}");
         sids.push(j["slurm_job_id"].as_u64().unwrap());
     }
     b.kill_daemon();
@@ -803,6 +811,7 @@ fn an_interrupted_array_submission_is_found_again_not_made_twice() {
     .unwrap();
     drop(db);
     b.serve();
+    b.touch("go.first");
     b.touch("go");
     let out = b.run(&["sweep", "wait", &id.to_string(), "--timeout", "60s"]);
     assert_eq!(out.code, 0, "{out:?}\n{}", b.daemon_log());

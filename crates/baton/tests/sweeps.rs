@@ -669,12 +669,14 @@ fn the_early_alert_comes_while_the_other_runs_go_on() {
     assert_eq!(view["counts"]["failed"], 3, "{view:#}");
     assert!(view["counts"]["cancelled"].is_null(), "{view:#}");
     let text = std::fs::read_to_string(&inbox).unwrap();
-    // What failed, and that the rest go on. (Not which cause: under load a run's report has
-    // been seen to give `exit code 1` rather than the CUDA line it printed: to look into.)
+    // What failed, with the runs' own cause (each run's report, never a bare exit code while a
+    // report is still being built), and that the rest go on.
     assert!(
         text.contains("ended so far: 3 of 6 runs, 3 failed"),
         "{text}"
     );
+    assert!(text.contains("CUDA out of memory"), "{text}");
+    assert!(!text.contains("exit code 1"), "{text}");
     assert!(text.contains("the other 3 runs go on"), "{text}");
     assert!(
         !text.contains(&format!("[end of baton report for sweep {id}]")),

@@ -197,8 +197,11 @@ impl Daemon {
         self.outbox_wake.notify_one();
     }
 
-    /// The summaries of a sweep's ended runs other than `except`, from their stored reports,
-    /// in the order they ended (after a restart, when memory has none).
+    /// The summaries of a sweep's ended runs other than `except` whose reports are stored, in
+    /// the order they ended (after a restart, or at the first report, when memory has none).
+    /// A run whose report is still being built is left out: its own report brings it, with its
+    /// cause (without it, a run that hit CUDA OOM would count as a bare `exit code 1`, and an
+    /// early alert could be raised on causes that are not the runs').
     fn stored_summaries(&self, sweep: u64, except: JobId) -> Vec<RunSummary> {
         let mut jobs = match self.lock().jobs.store().sweep_jobs_listed(sweep) {
             Ok(jobs) => jobs,
@@ -209,7 +212,17 @@ impl Daemon {
         };
         jobs.retain(|j| j.id != except && j.state().is_terminal());
         jobs.sort_by_key(|j| (j.ended_at(), j.id));
-        jobs.iter().map(|j| self.stored_summary(j)).collect()
+        jobs.iter()
+            .filter_map(|j| {
+                let built = crate::report::load(&self.files(j.id))?;
+                let (index, params) = j
+                    .sweep
+                    .as_ref()
+                    .map(|r| (r.index as usize, j.params.clone()))
+                    .unwrap_or_default();
+                Some(RunSummary::from_report(&built.report, index, params))
+            })
+            .collect()
     }
 
     /// One ended run's summary, from its stored report (or without one, when it has none).
