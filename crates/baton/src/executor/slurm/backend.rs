@@ -282,17 +282,32 @@ impl SlurmBackend {
         }
         let (me, d) = (self.clone(), d.clone());
         d.clone().tasks().spawn_blocking(move || {
+            let mut sent: Vec<JobId> = Vec::new();
             for (workflow, tasks) in gangs {
+                sent.extend(tasks.iter().map(|t| t.id));
                 me.submit_gang(&d, workflow, &tasks);
             }
             for (sweep, (max, runs, deps)) in arrays {
+                sent.extend(runs.iter().map(|r| r.id));
                 me.submit_array(&d, sweep, max, &runs, deps, now);
             }
             for (job, deps) in submit {
+                sent.push(job.id);
                 me.submit_to_slurm(&d, &job, deps);
             }
             d.changed();
             me.wake.notify_one();
+            // A job queued meanwhile that runs after one of these waited for its Slurm id (its
+            // `--dependency` names it): now that Slurm has some, another pass submits it. Not
+            // when Slurm took none (unreachable): that retry waits for its own timer.
+            let took_some = {
+                let jobs = d.lock_jobs();
+                sent.iter()
+                    .any(|id| jobs.get(*id).is_some_and(|j| j.slurm_id().is_some()))
+            };
+            if took_some {
+                d.wake();
+            }
         });
         next_wakeup
     }
