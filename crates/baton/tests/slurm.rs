@@ -269,9 +269,13 @@ fn an_interrupted_submission_is_found_again_not_made_twice() {
         return;
     }
     let mut b = start();
+    // The job waits in Slurm (for a job that waits for a file) while the daemon is killed: a
+    // crash between `sbatch` and the record of its answer leaves a job that is still queued.
+    let blocker = b.submit_sh(&[], &common::wait_for_file("go.first"));
     let gate = common::wait_for_file("go");
-    let id = b.submit_sh(&[], &gate);
+    let id = b.submit_sh(&["--after", &blocker.to_string()], &gate);
     let queued = poll(&b, id, 30, "in Slurm", |j| j["slurm_job_id"].is_u64());
+    assert_eq!(queued["state"], "queued", "{queued:#}");
     let sid = queued["slurm_job_id"].as_u64().unwrap();
     b.kill_daemon();
     // What a crash between sbatch and the record of its answer leaves: the submission marked
@@ -283,6 +287,7 @@ fn an_interrupted_submission_is_found_again_not_made_twice() {
     .unwrap();
     drop(db);
     b.serve();
+    b.touch("go.first");
     b.touch("go");
     let job = poll(&b, id, 60, "ended", ended);
     assert_eq!(job["state"], "succeeded", "{job:#}");
