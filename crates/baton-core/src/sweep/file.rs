@@ -34,12 +34,22 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::{Params, SweepError, check_name, compare, fill, parse_array};
+use super::{Params, SweepError, compare, fill, parse_array};
 use crate::input;
 use crate::model::Millis;
 use crate::units::{format_size, parse_duration, parse_size};
 use crate::workflow::locate::{self, indentation};
 use crate::workflow::{Location, RawCommand, WorkflowError};
+
+use super::params_yaml::{Label, ParamName, ParamValue, ParamValues};
+
+/// What this file's messages call a parameter.
+static PARAMETER: Label = Label {
+    noun: "parameter",
+    list: "a list of values, e.g. [1e-4, 3e-4]",
+    empty: "a parameter needs at least one value, e.g. [1e-4, 3e-4]",
+    nul: "a parameter's value must not contain a NUL byte",
+};
 
 /// The largest sweep file read: as `--sweep-file` (10,000 runs of a few parameters fit in a
 /// tenth of it), well inside the daemon's body limit.
@@ -478,8 +488,9 @@ impl<'de> Deserialize<'de> for RawParameters {
                 let mut axes: Vec<(String, Vec<String>)> = Vec::new();
                 while let Some(name) = map.next_key_seed(ParamName {
                     seen: axes.iter().map(|(n, _)| n.as_str()).collect(),
+                    label: &PARAMETER,
                 })? {
-                    let values = map.next_value::<Values>()?.0;
+                    let values = map.next_value_seed(ParamValues(&PARAMETER))?;
                     axes.push((name, values));
                 }
                 if axes.is_empty() {
@@ -534,106 +545,15 @@ impl<'de> Deserialize<'de> for Run {
                 let mut params: Params = Vec::new();
                 while let Some(name) = map.next_key_seed(ParamName {
                     seen: params.iter().map(|(n, _)| n.as_str()).collect(),
+                    label: &PARAMETER,
                 })? {
-                    let Value(value) = map.next_value()?;
+                    let value = map.next_value_seed(ParamValue(&PARAMETER))?;
                     params.push((name, value));
                 }
                 Ok(Run(params))
             }
         }
         deserializer.deserialize_map(RunVisitor)
-    }
-}
-
-/// A parameter's name, checked against the names before it. Read as a seed so that the error is
-/// placed at the key that is wrong.
-struct ParamName<'a> {
-    seen: Vec<&'a str>,
-}
-
-impl<'de> de::DeserializeSeed<'de> for ParamName<'_> {
-    type Value = String;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
-        deserializer.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ParamName<'_> {
-    type Value = String;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a parameter name")
-    }
-    fn visit_str<E: de::Error>(self, name: &str) -> Result<String, E> {
-        check_name(name).map_err(E::custom)?;
-        // Names that differ only in case would set the same BATON_PARAM_<NAME>.
-        if let Some(first) = self
-            .seen
-            .iter()
-            .find(|seen| seen.eq_ignore_ascii_case(name))
-        {
-            return Err(E::custom(if *first == name {
-                format!("parameter {name} is given twice")
-            } else {
-                format!(
-                    "parameters {first} and {name} would both set BATON_PARAM_{}; rename one",
-                    name.to_ascii_uppercase()
-                )
-            }));
-        }
-        Ok(name.to_string())
-    }
-}
-
-/// A parameter's values: a non-empty list of scalars.
-struct Values(Vec<String>);
-
-impl<'de> Deserialize<'de> for Values {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ValuesVisitor;
-        impl<'de> Visitor<'de> for ValuesVisitor {
-            type Value = Values;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list of values, e.g. [1e-4, 3e-4]")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Values, A::Error> {
-                let mut values = Vec::new();
-                while let Some(Value(value)) = seq.next_element()? {
-                    values.push(value);
-                }
-                if values.is_empty() {
-                    // A parameter without values would make a sweep of no runs at all.
-                    return Err(de::Error::custom(
-                        "a parameter needs at least one value, e.g. [1e-4, 3e-4]",
-                    ));
-                }
-                Ok(Values(values))
-            }
-        }
-        deserializer.deserialize_seq(ValuesVisitor)
-    }
-}
-
-/// One value, as its text: read as a string, so that a YAML number or boolean keeps the form it
-/// was written in (`1e-4`, not `0.0001`), which is what the command and the environment get.
-struct Value(String);
-
-impl<'de> Deserialize<'de> for Value {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ValueVisitor;
-        impl<'de> Visitor<'de> for ValueVisitor {
-            type Value = Value;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string, number or boolean")
-            }
-            fn visit_str<E: de::Error>(self, value: &str) -> Result<Value, E> {
-                // It becomes part of a command and an environment variable; neither holds NUL.
-                if value.contains('\0') {
-                    return Err(E::custom("a parameter's value must not contain a NUL byte"));
-                }
-                Ok(Value(value.to_string()))
-            }
-        }
-        deserializer.deserialize_str(ValueVisitor)
     }
 }
 

@@ -10,6 +10,7 @@
 pub mod compare;
 pub mod early;
 pub mod file;
+pub(crate) mod params_yaml;
 
 use std::collections::BTreeMap;
 

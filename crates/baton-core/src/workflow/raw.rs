@@ -11,6 +11,16 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
+use crate::sweep::params_yaml::{Label, ParamName, ParamValues};
+
+/// What a workflow file's messages call a matrix's parameter.
+static MATRIX_PARAMETER: Label = Label {
+    noun: "matrix parameter",
+    list: "a list of values",
+    empty: "a matrix parameter needs at least one value",
+    nul: "a matrix value must not contain a NUL byte",
+};
+
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
@@ -161,8 +171,11 @@ impl<'de> Deserialize<'de> for RawMatrix {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawMatrix, A::Error> {
                 let mut axes: Vec<(String, Vec<String>)> = Vec::new();
-                while let Some(name) = map.next_key_seed(ParamName { seen: &axes })? {
-                    let values = map.next_value::<ParamValues>()?.0;
+                while let Some(name) = map.next_key_seed(ParamName {
+                    seen: axes.iter().map(|(n, _)| n.as_str()).collect(),
+                    label: &MATRIX_PARAMETER,
+                })? {
+                    let values = map.next_value_seed(ParamValues(&MATRIX_PARAMETER))?;
                     axes.push((name, values));
                 }
                 if axes.is_empty() {
@@ -175,98 +188,5 @@ impl<'de> Deserialize<'de> for RawMatrix {
             }
         }
         deserializer.deserialize_map(MatrixVisitor)
-    }
-}
-
-/// A matrix parameter's name, checked against the names before it. Read as a seed so that the
-/// error is placed at the key that is wrong, not at the start of the matrix.
-struct ParamName<'a> {
-    seen: &'a [(String, Vec<String>)],
-}
-
-impl<'de> de::DeserializeSeed<'de> for ParamName<'_> {
-    type Value = String;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
-        deserializer.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ParamName<'_> {
-    type Value = String;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a parameter name")
-    }
-    fn visit_str<E: de::Error>(self, name: &str) -> Result<String, E> {
-        crate::sweep::check_name(name).map_err(E::custom)?;
-        // Names that differ only in case would set the same BATON_PARAM_<NAME>.
-        if let Some((first, _)) = self
-            .seen
-            .iter()
-            .find(|(seen, _)| seen.eq_ignore_ascii_case(name))
-        {
-            return Err(E::custom(if first == name {
-                format!("matrix parameter {name} is given twice")
-            } else {
-                format!(
-                    "matrix parameters {first} and {name} would both set BATON_PARAM_{}; \
-                     rename one",
-                    name.to_ascii_uppercase()
-                )
-            }));
-        }
-        Ok(name.to_string())
-    }
-}
-
-/// A parameter's values: a non-empty list of scalars.
-struct ParamValues(Vec<String>);
-
-impl<'de> Deserialize<'de> for ParamValues {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ValuesVisitor;
-        impl<'de> Visitor<'de> for ValuesVisitor {
-            type Value = ParamValues;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list of values")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ParamValues, A::Error> {
-                let mut values = Vec::new();
-                while let Some(ParamValue(value)) = seq.next_element()? {
-                    values.push(value);
-                }
-                if values.is_empty() {
-                    // A parameter without values would make a matrix of no tasks at all.
-                    return Err(de::Error::custom(
-                        "a matrix parameter needs at least one value",
-                    ));
-                }
-                Ok(ParamValues(values))
-            }
-        }
-        deserializer.deserialize_seq(ValuesVisitor)
-    }
-}
-
-/// One value, as its text: read as a string, so that a YAML number or boolean keeps the form it
-/// was written in (`1e-4`, not `0.0001`), which is what the command and the environment get.
-struct ParamValue(String);
-
-impl<'de> Deserialize<'de> for ParamValue {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ValueVisitor;
-        impl<'de> Visitor<'de> for ValueVisitor {
-            type Value = ParamValue;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string, number or boolean")
-            }
-            fn visit_str<E: de::Error>(self, value: &str) -> Result<ParamValue, E> {
-                // It becomes part of a command and an environment variable; neither holds NUL.
-                if value.contains('\0') {
-                    return Err(E::custom("a matrix value must not contain a NUL byte"));
-                }
-                Ok(ParamValue(value.to_string()))
-            }
-        }
-        deserializer.deserialize_str(ValueVisitor)
     }
 }
