@@ -124,6 +124,43 @@ fn running_jobs_outlive_a_graceful_daemon_stop() {
     );
 }
 
+/// A `sweep wait` held open while the daemon stops waits on through the restart and returns the
+/// comparison: a restart is not the caller's timeout (it used to exit 124 there, "not ended").
+#[test]
+fn a_sweep_wait_held_across_a_daemon_stop_waits_on_for_the_comparison() {
+    let mut b = Baton::start(2);
+    let out = b
+        .run(&[
+            "submit",
+            "--array",
+            "1-2",
+            "--gpus",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo run.{{index}} >> ran; {}", wait_for_file("go")),
+        ])
+        .expect(0);
+    let sweep = out.stdout.trim().to_string();
+    b.poll_job(1, "running", |j| j["state"] == "running");
+    b.poll_job(2, "running", |j| j["state"] == "running");
+    let waiter = connected(&b, &["sweep", "wait", &sweep, "--timeout", "60s"]);
+    let status = b.stop_daemon();
+    assert!(status.success(), "baton serve exited {status} on SIGTERM");
+    b.serve();
+    b.touch("go");
+    let waited = waiter.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&waited.stdout);
+    assert_eq!(
+        waited.status.code(),
+        Some(0),
+        "a `baton sweep wait` across the stop: {stdout}{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    assert!(stdout.contains("all 2 succeeded"), "{stdout}");
+}
+
 #[test]
 fn submit_starts_a_daemon_when_none_runs() {
     let b = Baton::unstarted();
@@ -213,8 +250,13 @@ fn a_crash_during_a_batch_launch_neither_loses_nor_repeats_jobs() {
 /// A `baton wait ID` in the background, returned once its request has reached the daemon (a
 /// `wait` that finds no daemon at all is exit 3, not a restart to wait through).
 fn connected_waiter(b: &Baton, id: u64) -> std::process::Child {
+    connected(b, &["wait", &id.to_string(), "--timeout", "60s"])
+}
+
+/// `baton ARGS` started, once it holds a connection to the daemon.
+fn connected(b: &Baton, args: &[&str]) -> std::process::Child {
     let waiter = b
-        .cmd(["wait", &id.to_string(), "--timeout", "60s"])
+        .cmd(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -1174,7 +1174,9 @@ pub struct SweepView {
     pub markdown: Option<String>,
 }
 
-/// `POST /v1/sweeps/{id}/wait`: until the sweep has ended and its comparison is stored.
+/// `POST /v1/sweeps/{id}/wait`: until the sweep has ended and its comparison is stored, or
+/// `timeout_ms` has passed (the sweep as it stands, not ended); 503 when the daemon stops
+/// meanwhile, to be asked again once it is back.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SweepWaitRequest {
     #[serde(default)]

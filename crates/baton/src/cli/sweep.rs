@@ -6,6 +6,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use baton_core::sweep::file::{self, FileRuns, MAX_FILE_BYTES, SweepFile};
 
@@ -104,7 +105,7 @@ pub fn run(command: Command, json: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Wait { id, timeout } => {
-            let sweep = client().wait_sweep(id, timeout)?;
+            let sweep = wait(id, timeout)?;
             if json {
                 print_json(&sweep);
             } else if sweep.ended_at.is_some() {
@@ -119,6 +120,35 @@ pub fn run(command: Command, json: bool) -> anyhow::Result<ExitCode> {
                     (true, _) => 1,
                 },
             ))
+        }
+    }
+}
+
+/// `baton sweep wait`: until the sweep ends or `timeout` passes. A daemon restarting meanwhile
+/// is waited for (the runs survive it), as `baton wait` does, so that a restart is never
+/// reported as the caller's timeout.
+fn wait(id: u64, timeout: Option<i64>) -> anyhow::Result<SweepView> {
+    use crate::api::client::ClientError;
+    let client = client();
+    let deadline = timeout.map(|ms| Instant::now() + Duration::from_millis(ms.max(0) as u64));
+    let mut reached = false;
+    loop {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as i64);
+        match client.wait_sweep(id, left) {
+            Ok(sweep) => return Ok(sweep),
+            // No daemon at all on the first try is no restart: exit 3 at once.
+            Err(
+                ref e @ (ClientError::Transport(_)
+                | ClientError::Interrupted { .. }
+                | ClientError::Api { status: 503, .. }
+                | ClientError::NotRunning { .. }),
+            ) if (reached || !matches!(e, ClientError::NotRunning { .. }))
+                && deadline.is_none_or(|d| Instant::now() < d)
+                && crate::edge::connect::reconnects(&client, deadline) =>
+            {
+                reached = true;
+            }
+            Err(e) => return Err(e.into()),
         }
     }
 }

@@ -196,6 +196,16 @@ impl Store {
             .optional()?)
     }
 
+    /// Whether the sweep has ended (`None`: no such sweep). What `sweep wait` asks at every
+    /// change in the daemon, so it reads one column rather than the whole record.
+    pub fn sweep_ended(&self, id: u64) -> Result<Option<bool>, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT ended_at IS NOT NULL FROM sweeps WHERE id = ?1")?
+            .query_row([id as i64], |r| r.get::<_, bool>(0))
+            .optional()?)
+    }
+
     /// The sweep a submission with this idempotency key from this user queued, if any.
     pub fn sweep_for_request(&self, uid: u32, key: &str) -> Result<Option<u64>, StoreError> {
         Ok(self

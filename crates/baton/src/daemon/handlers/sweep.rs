@@ -192,26 +192,28 @@ pub async fn wait(
         .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms.max(0) as u64));
     loop {
         changed.borrow_and_update();
-        let ended = daemon
-            .lock()
-            .jobs
-            .store()
-            .sweep(id)?
-            .is_some_and(|s| s.ended_at.is_some());
+        let ended = daemon.lock().jobs.store().sweep_ended(id)?.unwrap_or(false);
         if ended {
             return Ok(Json(daemon.sweep_view(&peer, id, true).await?));
         }
-        let woke = async {
-            tokio::select! {
-                r = changed.changed() => r.is_ok(),
-                _ = shutting_down.changed() => false,
+        let timeout = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
             }
         };
-        let go_on = match deadline {
-            Some(at) => tokio::time::timeout_at(at, woke).await.unwrap_or(false),
-            None => woke.await,
+        let timed_out = tokio::select! {
+            _ = changed.changed() => false,
+            // Not the sweep as it stands: a caller told "not ended" would take it for its own
+            // timeout. Like `wait`, it is told to ask again once the daemon is back.
+            _ = shutting_down.wait_for(|s| *s) => {
+                return Err(ApiError::Unavailable(
+                    "the daemon is shutting down; wait again once it is back".into(),
+                ));
+            }
+            _ = timeout => true,
         };
-        if !go_on {
+        if timed_out {
             return Ok(Json(daemon.sweep_view(&peer, id, false).await?));
         }
     }

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use baton_core::Millis;
 
-use super::{RunAs, Slurm, SlurmError, gpu_env, host_args, parse, quote, time_arg};
+use super::{RunAs, Slurm, SlurmError, gpu_env, parse, quote, resource_args};
 
 /// A run's script (`jobs/ID/slurm.sh`) says it is an array element with this line, then its
 /// task: `# slurm-array-task: 4`.
@@ -108,22 +108,11 @@ impl Slurm {
             "--export=ALL".to_string(),
             "--kill-on-invalid-dep=yes".to_string(),
         ];
-        if s.gpus > 0 {
-            args.push(format!("--gres=gpu:{}", s.gpus));
-        }
-        args.extend(host_args(s.cpus, s.mem));
-        args.extend(s.time_limit_ms.map(time_arg));
-        if !s.dependencies.is_empty() {
-            args.push(format!("--dependency={}", s.dependencies.join(",")));
-        }
-        args.extend(self.site_args());
-        if let Some(to) = &s.mail_to {
-            // One mail when the whole array has ended, when the sweep's one report is due. Not
-            // one per element (`ARRAY_TASKS`): slurmctld would start the mail program once per
-            // run (300 processes for 300 runs); the runs' own ends are seen by polling.
-            args.push("--mail-type=END,FAIL".into());
-            args.push(format!("--mail-user={to}"));
-        }
+        args.extend(resource_args(s.gpus, s.cpus, s.mem, s.time_limit_ms));
+        // The mail comes once, when the whole array has ended and the sweep's one report is
+        // due. Not once per element (`ARRAY_TASKS`): slurmctld would start the mail program
+        // once per run (300 processes for 300 runs); the runs' own ends are seen by polling.
+        args.extend(self.dependency_site_and_mail_args(&s.dependencies, s.mail_to.as_deref()));
         args
     }
 

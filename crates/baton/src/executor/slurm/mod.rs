@@ -201,16 +201,25 @@ impl Slurm {
             // A job whose dependency can never be met is cancelled, not left pending.
             "--kill-on-invalid-dep=yes".to_string(),
         ];
-        if s.gpus > 0 {
-            args.push(format!("--gres=gpu:{}", s.gpus));
-        }
-        args.extend(host_args(s.cpus, s.mem));
-        args.extend(s.time_limit_ms.map(time_arg));
-        if !s.dependencies.is_empty() {
-            args.push(format!("--dependency={}", s.dependencies.join(",")));
+        args.extend(resource_args(s.gpus, s.cpus, s.mem, s.time_limit_ms));
+        args.extend(self.dependency_site_and_mail_args(&s.dependencies, s.mail_to.as_deref()));
+        args
+    }
+
+    /// What follows the resources in the submission of one job or one array: the jobs it
+    /// waits for, the site's options (`site_args`) and the end-of-job mail, which for an array
+    /// comes once, when the whole array has ended.
+    fn dependency_site_and_mail_args(
+        &self,
+        dependencies: &[String],
+        mail_to: Option<&str>,
+    ) -> Vec<String> {
+        let mut args = Vec::new();
+        if !dependencies.is_empty() {
+            args.push(format!("--dependency={}", dependencies.join(",")));
         }
         args.extend(self.site_args());
-        if let Some(to) = &s.mail_to {
+        if let Some(to) = mail_to {
             args.push("--mail-type=END,FAIL".into());
             args.push(format!("--mail-user={to}"));
         }
@@ -374,21 +383,27 @@ fn time_arg(ms: i64) -> String {
     format!("--time={}", ms.max(1).saturating_add(59_999) / 60_000)
 }
 
-/// The GPU part of a job's environment (DESIGN §2), which only the cluster knows: Slurm sets
-/// `CUDA_VISIBLE_DEVICES` for the GPUs it gave (none: empty), and baton's `BATON_GPUS` repeats
-/// it. The rest of the environment is `executor::job_env`'s.
-/// `--cpus-per-task` and `--mem` (in whole MiB, rounded up: Slurm's unit is the megabyte).
-fn host_args(cpus: u32, mem: u64) -> Vec<String> {
+/// What one job, array element or heterogeneous component asks Slurm for: `--gres` for its
+/// GPUs, `--cpus-per-task` and `--mem` (in whole MiB, rounded up: Slurm's unit is the
+/// megabyte), and `--time`. Nothing for what it leaves to the cluster's defaults.
+fn resource_args(gpus: u32, cpus: u32, mem: u64, time_limit_ms: Option<i64>) -> Vec<String> {
     let mut args = Vec::new();
+    if gpus > 0 {
+        args.push(format!("--gres=gpu:{gpus}"));
+    }
     if cpus > 0 {
         args.push(format!("--cpus-per-task={cpus}"));
     }
     if mem > 0 {
         args.push(format!("--mem={}M", mem.div_ceil(1 << 20)));
     }
+    args.extend(time_limit_ms.map(time_arg));
     args
 }
 
+/// The GPU part of a job's environment (DESIGN §2), which only the cluster knows: Slurm sets
+/// `CUDA_VISIBLE_DEVICES` for the GPUs it gave (none: empty), and baton's `BATON_GPUS` repeats
+/// it. The rest of the environment is `executor::job_env`'s.
 fn gpu_env(out: &mut String, gpus: u32) {
     out.push_str("export CUDA_DEVICE_ORDER=PCI_BUS_ID\n");
     if gpus == 0 {
@@ -507,11 +522,7 @@ impl Slurm {
                 args.push(":".into());
             }
             args.push("--ntasks=1".into());
-            if t.gpus > 0 {
-                args.push(format!("--gres=gpu:{}", t.gpus));
-            }
-            args.extend(host_args(t.cpus, t.mem));
-            args.extend(time_limit_ms.map(time_arg));
+            args.extend(resource_args(t.gpus, t.cpus, t.mem, time_limit_ms));
         }
         args
     }
