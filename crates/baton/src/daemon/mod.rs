@@ -126,6 +126,9 @@ pub struct Daemon {
     pub(crate) tasks: tasks::Tasks,
     /// The reports built lately, handed to the outbox and to waiters in memory.
     reports: outbox::Recent,
+    /// Held while a sweep's comparison is built, so that the sweep's delivery and a `sweep wait`
+    /// asking at the same moment build it once: the second finds it stored.
+    sweep_report_building: tokio::sync::Mutex<()>,
     /// Where jobs run: this machine's supervisors, or a Slurm cluster.
     backend: Box<dyn Backend<Daemon>>,
     /// The baton binary, for deliveries run as another user.
@@ -259,6 +262,7 @@ impl Daemon {
             durable_wake: Notify::new(),
             tasks: tasks::Tasks::new(),
             reports: outbox::Recent::default(),
+            sweep_report_building: tokio::sync::Mutex::new(()),
             backend,
             exe,
             probe,

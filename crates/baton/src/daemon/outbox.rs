@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton_core::{JobId, Millis};
+use baton_core::{JobId, JobState, Millis};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -96,11 +96,18 @@ impl Daemon {
         struct Done<'a>(&'a Daemon, JobId);
         impl Drop for Done<'_> {
             fn drop(&mut self) {
-                self.0.lock().reports_pending.remove(&self.1);
+                let waited_for = {
+                    let mut inner = self.0.lock();
+                    inner.reports_pending.remove(&self.1);
+                    has_queued_partner(&inner, self.1)
+                };
                 self.0.notify_changed();
                 self.0.outbox_wake.notify_one();
-                // Its dependents may start now (`scheduling_input`).
-                self.0.wake();
+                // Its dependents may start now (`scheduling_input`). Only they: another pass
+                // after every report would double the passes of a long array for nothing.
+                if waited_for {
+                    self.0.wake();
+                }
             }
         }
         let _done = Done(self, id);
@@ -557,6 +564,15 @@ pub fn deliver_from_stdin() -> i32 {
     let outcome = runtime.block_on(notify::deliver(&request.channel, &request.message));
     println!("{}", serde_json::to_string(&outcome).expect("plain data"));
     0
+}
+
+/// Whether a queued job waits for `id` (it comes `--after` it or is to be placed with it): what
+/// the end of `id`'s report may let start.
+fn has_queued_partner(inner: &Inner, id: JobId) -> bool {
+    inner.jobs.active().any(|j| {
+        j.state() == JobState::Queued
+            && (j.deps.iter().any(|d| d.job == id) || j.colocate.contains(&id))
+    })
 }
 
 #[cfg(test)]

@@ -247,15 +247,27 @@ impl Daemon {
     /// The sweep's comparison report: the stored one once it has ended, else built now over the
     /// runs so far (not stored: it changes with every run's end).
     pub(crate) async fn sweep_report(self: &Arc<Self>, sweep: u64) -> Option<Arc<SweepBuilt>> {
-        let record = self.lock().jobs.store().sweep(sweep).ok().flatten()?;
-        let (json_path, md_path, _) = self.sweep_files(sweep);
-        if record.ended_at.is_some()
-            && let (Ok(json), Ok(markdown)) =
-                (std::fs::read(&json_path), std::fs::read_to_string(&md_path))
-            && let Ok(report) = serde_json::from_slice::<ComparisonReport>(&json)
-        {
-            return Some(Arc::new(SweepBuilt { report, markdown }));
+        let stored = || {
+            let record = self.lock().jobs.store().sweep(sweep).ok().flatten()?;
+            let (json_path, md_path, _) = self.sweep_files(sweep);
+            if record.ended_at.is_some()
+                && let (Ok(json), Ok(markdown)) =
+                    (std::fs::read(&json_path), std::fs::read_to_string(&md_path))
+                && let Ok(report) = serde_json::from_slice::<ComparisonReport>(&json)
+            {
+                return Some(Ok(Arc::new(SweepBuilt { report, markdown })));
+            }
+            Some(Err(record))
+        };
+        if let Ok(built) = stored()? {
+            return Some(built);
         }
+        let _building = self.sweep_report_building.lock().await;
+        // Whoever held the lock may have just built and stored it.
+        let record = match stored()? {
+            Ok(built) => return Some(built),
+            Err(record) => record,
+        };
         // Runs whose report is being built right now are waited for (milliseconds), so that
         // the comparison has every run's metrics.
         let mut changed = self.changed.subscribe();
