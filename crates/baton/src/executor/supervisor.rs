@@ -291,19 +291,36 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
     let open = |path: &Path| OpenOptions::new().create(true).append(true).open(path);
     let stdout = open(&files.stdout())?;
     let stderr = open(&files.stderr())?;
+    // A job run as ourselves needs no step between fork and exec, so it is started with
+    // posix_spawn (no copy of this process's memory). That takes a program found here, in the
+    // job's PATH, since a PATH of the job's own would otherwise make std fall back to fork.
+    let direct = !as_other;
+    let mut cmd = if direct {
+        let found = find_program(program, &launch.env, &launch.cwd).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("command not found: {program}"),
+            )
+        })?;
+        let mut cmd = tokio::process::Command::new(found);
+        cmd.arg0(program);
+        cmd
+    } else {
+        tokio::process::Command::new(program)
+    };
     // Opened here, written by the child before it drops privileges and execs: the job's first
-    // process is in its cgroup before it can run anything, so everything it starts is too.
+    // process is in its cgroup before it can run anything, so everything it starts is too. A
+    // job started directly is born there instead (`spawn_in_cgroup`).
     let cgroup_procs = match &launch.cgroup {
-        Some(dir) => {
+        Some(dir) if !direct => {
             let path = Path::new(dir).join("cgroup.procs");
             let file = OpenOptions::new().write(true).open(&path).map_err(|e| {
                 std::io::Error::other(format!("cannot enter the job's cgroup {dir}: {e}"))
             })?;
             Some(OwnedFd::from(file))
         }
-        None => None,
+        _ => None,
     };
-    let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .env_clear()
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
@@ -338,13 +355,76 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(
         launch.umask.unwrap_or(0o022),
     ));
-    cmd.spawn().map_err(|e| {
+    let spawned = match &launch.cgroup {
+        Some(dir) if direct => spawn_in_cgroup(&mut cmd, Path::new(dir))?,
+        _ => cmd.spawn(),
+    };
+    spawned.map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             std::io::Error::new(e.kind(), format!("command not found: {program}"))
         } else {
             std::io::Error::new(e.kind(), format!("cannot run {program}: {e}"))
         }
     })
+}
+
+/// Starts the job in its cgroup `dir` without a step between fork and exec: a child is born in
+/// its parent's cgroup, so the supervisor steps into the job's for the spawn and back into its
+/// own, `dir`'s grandparent (the layout `contain::Method::prepare` makes), right after. The
+/// job's first process is in its cgroup before it runs anything, as with `enter_cgroup`. The
+/// outer error is the cgroup's; the inner one the spawn's.
+fn spawn_in_cgroup(
+    cmd: &mut tokio::process::Command,
+    dir: &Path,
+) -> std::io::Result<std::io::Result<tokio::process::Child>> {
+    let own = dir
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| std::io::Error::other(format!("{} is not a job's cgroup", dir.display())))?;
+    fs::write(dir.join("cgroup.procs"), "0").map_err(|e| {
+        std::io::Error::other(format!(
+            "cannot enter the job's cgroup {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let spawned = cmd.spawn();
+    if let Err(e) = fs::write(own.join("cgroup.procs"), "0") {
+        // Still in the job's cgroup: the job must not run on with its supervisor counted as
+        // one of its processes (ending it would end the supervisor too).
+        if let Ok(child) = &spawned
+            && let Some(pid) = child
+                .id()
+                .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+        {
+            let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+        }
+        return Err(std::io::Error::other(format!(
+            "cannot leave the job's cgroup {} for {}: {e}",
+            dir.display(),
+            own.display()
+        )));
+    }
+    Ok(spawned)
+}
+
+/// Where `execvp` would find `program` in the job's PATH (its default when the job has none),
+/// relative entries taken from the job's directory; `program` itself when it names a path.
+fn find_program(program: &str, env: &[(String, String)], cwd: &str) -> Option<PathBuf> {
+    let executable =
+        |p: &Path| p.is_file() && rustix::fs::access(p, rustix::fs::Access::EXEC_OK).is_ok();
+    if program.contains('/') {
+        return Some(PathBuf::from(program));
+    }
+    if program.is_empty() {
+        return None;
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or("/bin:/usr/bin", |(_, v)| v.as_str());
+    path.split(':')
+        .map(|entry| Path::new(cwd).join(entry).join(program))
+        .find(|p| executable(p))
 }
 
 /// Makes the child open `path` as its stdin after it has dropped to the job's user (the

@@ -142,6 +142,14 @@ impl Store {
         // and rusqlite's default cache of 16 evicted them faster than they were reused, so each
         // job's start, end and report re-parsed its SQL.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        // One plan per statement whatever its parameters: otherwise SQLite re-prepares a cached
+        // statement whenever a bound value might change its plan (a partial index, a LIMIT, the
+        // STAT4 estimates this build has), which made every report and delivery query parse its
+        // SQL again. Every partial index here is chosen by a literal in the query, not a value.
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+            true,
+        )?;
         schema::migrate(&conn)?;
         Ok(Store { conn })
     }
