@@ -116,8 +116,8 @@ pub struct Daemon {
     /// `baton shutdown` asked the daemon to stop.
     stop_requested: Notify,
     /// Jobs that just ended, for the report builder.
-    ended: UnboundedSender<JobId>,
-    ended_rx: Mutex<Option<UnboundedReceiver<JobId>>>,
+    ended: UnboundedSender<JobRecord>,
+    ended_rx: Mutex<Option<UnboundedReceiver<JobRecord>>>,
     /// Wakes the outbox: a report is ready, or a delivery finished.
     outbox_wake: Notify,
     /// Wakes the loop that commits again what the store refused (`durable`).
@@ -524,7 +524,8 @@ impl Daemon {
         inner.reports_pending.insert(id);
         self.ended_jobs
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let _ = self.ended.send(id);
+        // The job as it ended goes with it: the report need not read it back from the store.
+        let _ = self.ended.send(job.clone());
         if let Some(w) = job.workflow_id {
             self.workflow_task_ended(inner, w, id, at);
         }

@@ -81,16 +81,21 @@ impl Recent {
 
 impl Daemon {
     /// Builds reports for jobs as they end, each on a blocking thread (output files are read).
-    pub(super) async fn report_loop(self: Arc<Self>, mut ended: UnboundedReceiver<JobId>) {
-        while let Some(id) = ended.recv().await {
+    pub(super) async fn report_loop(self: Arc<Self>, mut ended: UnboundedReceiver<JobRecord>) {
+        while let Some(job) = ended.recv().await {
             let me = self.clone();
-            self.tasks.spawn_blocking(move || me.build_report(id));
+            self.tasks
+                .spawn_blocking(move || me.build_report(job.id, Some(job)));
         }
     }
 
     /// Builds and stores the report of an ended job, keeps it in memory, then lets waiters and
-    /// the outbox know.
-    pub(super) fn build_report(self: &Arc<Self>, id: JobId) -> Option<Arc<Built>> {
+    /// the outbox know. `ended` is the job as it ended, when the caller has it; else it is read.
+    pub(super) fn build_report(
+        self: &Arc<Self>,
+        id: JobId,
+        ended: Option<JobRecord>,
+    ) -> Option<Arc<Built>> {
         // Whatever happens below, even a panic, the job stops counting as "being reported on",
         // or `wait` would hang and its deliveries never go out.
         struct Done<'a>(&'a Daemon, JobId);
@@ -111,7 +116,11 @@ impl Daemon {
             }
         }
         let _done = Done(self, id);
-        match self.job(id) {
+        let job = match ended {
+            Some(job) => Ok(Some(job)),
+            None => self.job(id),
+        };
+        match job {
             Ok(Some(job)) => {
                 let files = self.files(id);
                 let started = std::time::Instant::now();
@@ -216,7 +225,7 @@ impl Daemon {
             .spawn_blocking(move || {
                 report::load(&me.files(id))
                     .map(Arc::new)
-                    .or_else(|| me.build_report(id))
+                    .or_else(|| me.build_report(id, None))
             })
             .await
             .ok()
@@ -646,7 +655,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (id, inbox) = ended_job(dir.path());
         let daemon = daemon(dir.path());
-        let built = daemon.build_report(id).expect("a report");
+        let built = daemon.build_report(id, None).expect("a report");
         remove_stored_report(&daemon, id);
 
         let due = daemon
@@ -686,7 +695,7 @@ mod tests {
             "the reader did not wait for the build"
         );
 
-        let built = daemon.build_report(id).expect("a report");
+        let built = daemon.build_report(id, None).expect("a report");
         remove_stored_report(&daemon, id);
         let read = reader.await.unwrap().expect("a report");
         assert!(Arc::ptr_eq(&read, &built), "not the report just built");
@@ -699,7 +708,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (id, _) = ended_job(dir.path());
         let first = daemon(dir.path());
-        first.build_report(id).expect("a report");
+        first.build_report(id, None).expect("a report");
         let md = first.files(id).report_md();
         let stored = std::fs::read_to_string(&md).unwrap();
         std::fs::write(&md, format!("{stored}\nread from disk\n")).unwrap();
@@ -717,7 +726,7 @@ mod tests {
     fn memory_keeps_only_the_latest_reports() {
         let dir = tempfile::tempdir().unwrap();
         let (id, _) = ended_job(dir.path());
-        let built = daemon(dir.path()).build_report(id).expect("a report");
+        let built = daemon(dir.path()).build_report(id, None).expect("a report");
         let recent = Recent::default();
         for id in 1..=(RECENT_REPORTS as u64 + 1) {
             recent.put(JobId(id), built.clone());
