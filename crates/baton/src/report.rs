@@ -161,7 +161,9 @@ fn scan(scanner: &mut OutputScanner, stream: Stream, path: &Path) {
     if len > SCAN_LIMIT && file.seek(SeekFrom::Start(len - SCAN_LIMIT)).is_ok() {
         scanner.skipped(stream, len - SCAN_LIMIT);
     }
-    let mut buf = vec![0u8; 256 << 10];
+    // No bigger than the file (plus room to see it grew): most short jobs print little or
+    // nothing, and a fresh 256 KiB buffer is a mapping made and unmapped per stream.
+    let mut buf = vec![0u8; (len.min(256 << 10) as usize).max(4 << 10)];
     loop {
         match file.read(&mut buf) {
             Ok(0) => break,
