@@ -100,6 +100,39 @@ fn cancel_kills_the_whole_group_even_when_it_ignores_sigterm() {
     b.wait_ok(&[next]);
 }
 
+/// Programs are found and run as `execvp` would: through the job's PATH (its own `bin/` first
+/// here), a script without `#!` by the shell, and a missing one as "command not found" (127).
+#[test]
+fn programs_are_found_in_the_jobs_path_and_scripts_without_a_shebang_run_with_sh() {
+    use std::os::unix::fs::PermissionsExt;
+    let b = Baton::start(1);
+    std::fs::create_dir_all(b.path("bin")).unwrap();
+    let script = b.path("bin/greet");
+    std::fs::write(&script, "echo \"hello $1 from $0\" > greeted\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        b.path("bin").display(),
+        std::env::var("PATH").unwrap()
+    );
+    let out = b
+        .cmd(["submit", "--gpus", "1", "--", "greet", "world"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    b.wait_ok(&[id]);
+    assert_eq!(
+        b.read("greeted"),
+        format!("hello world from {}\n", script.display())
+    );
+    let missing = b.submit(&["--gpus", "1", "--", "no-such-program-here"]);
+    assert_eq!(b.wait(&[missing], "10s").code, 1);
+    let job = b.job(missing);
+    assert_eq!(job["exit_code"], 127, "{job:#}");
+}
+
 #[test]
 fn cancel_of_a_queued_job_ends_it_at_once() {
     let b = Baton::start(1);

@@ -288,52 +288,71 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
             format!("working directory {} does not exist", launch.cwd),
         ));
     }
-    let open = |path: &Path| OpenOptions::new().create(true).append(true).open(path);
-    let stdout = open(&files.stdout())?;
-    let stderr = open(&files.stderr())?;
     // A job run as ourselves needs no step between fork and exec, so it is started with
     // posix_spawn (no copy of this process's memory). That takes a program found here, in the
     // job's PATH, since a PATH of the job's own would otherwise make std fall back to fork.
     let direct = !as_other;
-    let mut cmd = if direct {
-        let found = find_program(program, &launch.env, &launch.cwd).ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("command not found: {program}"),
-            )
-        })?;
-        let mut cmd = tokio::process::Command::new(found);
-        cmd.arg0(program);
-        cmd
-    } else {
-        tokio::process::Command::new(program)
+    if !direct {
+        let mut cmd = tokio::process::Command::new(program);
+        configure(&mut cmd, files, launch, args, as_other)?;
+        return started(program, cmd.spawn());
+    }
+    let found = find_program(program, &launch.env, &launch.cwd).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("command not found: {program}"),
+        )
+    })?;
+    let spawn = |cmd: &mut tokio::process::Command| match &launch.cgroup {
+        Some(dir) => spawn_in_cgroup(cmd, Path::new(dir)),
+        None => Ok(cmd.spawn()),
     };
-    // Opened here, written by the child before it drops privileges and execs: the job's first
-    // process is in its cgroup before it can run anything, so everything it starts is too. A
-    // job started directly is born there instead (`spawn_in_cgroup`).
-    let cgroup_procs = match &launch.cgroup {
-        Some(dir) if !direct => {
-            let path = Path::new(dir).join("cgroup.procs");
-            let file = OpenOptions::new().write(true).open(&path).map_err(|e| {
-                std::io::Error::other(format!("cannot enter the job's cgroup {dir}: {e}"))
-            })?;
-            Some(OwnedFd::from(file))
-        }
-        _ => None,
-    };
+    let mut cmd = tokio::process::Command::new(&found);
+    cmd.arg0(program);
+    configure(&mut cmd, files, launch, args, as_other)?;
+    let mut spawned = spawn(&mut cmd)?;
+    if matches!(&spawned, Err(e) if e.raw_os_error() == Some(libc::ENOEXEC)) {
+        // As execvp does: a file the kernel cannot execute (a script without `#!`) is run by
+        // the shell.
+        let mut sh = tokio::process::Command::new("/bin/sh");
+        sh.arg(&found);
+        configure(&mut sh, files, launch, args, as_other)?;
+        spawned = spawn(&mut sh)?;
+    }
+    started(program, spawned)
+}
+
+/// Everything of the job's command but its program: arguments, environment, output files,
+/// process group, working directory, stdin, and (run as another user) the steps between fork
+/// and exec that enter its cgroup and drop to that user.
+fn configure(
+    cmd: &mut tokio::process::Command,
+    files: &JobFiles,
+    launch: &Launch,
+    args: &[String],
+    as_other: bool,
+) -> std::io::Result<()> {
+    let open = |path: &Path| OpenOptions::new().create(true).append(true).open(path);
     cmd.args(args)
         .env_clear()
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
+        .stdout(open(&files.stdout())?)
+        .stderr(open(&files.stderr())?)
         .process_group(0)
         .kill_on_drop(false);
-    if let Some(procs) = cgroup_procs {
-        enter_cgroup(&mut cmd, procs);
+    // Opened here, written by the child before it drops privileges and execs: the job's first
+    // process is in its cgroup before it can run anything, so everything it starts is too. A
+    // job started directly is born there instead (`spawn_in_cgroup`).
+    if let Some(dir) = launch.cgroup.as_ref().filter(|_| as_other) {
+        let path = Path::new(dir).join("cgroup.procs");
+        let file = OpenOptions::new().write(true).open(&path).map_err(|e| {
+            std::io::Error::other(format!("cannot enter the job's cgroup {dir}: {e}"))
+        })?;
+        enter_cgroup(cmd, OwnedFd::from(file));
     }
     match launch.run_as.clone() {
-        Some(run_as) if as_other => drop_privileges(&mut cmd, run_as, &launch.cwd)?,
+        Some(run_as) if as_other => drop_privileges(cmd, run_as, &launch.cwd)?,
         _ => {
             cmd.current_dir(&launch.cwd);
         }
@@ -342,7 +361,7 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
         if as_other {
             // Opened by the child once it is the job's user, so that the file is read with
             // that user's permissions, not root's.
-            stdin_as_user(&mut cmd, path)?;
+            stdin_as_user(cmd, path)?;
         } else {
             let file = fs::File::open(path).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("cannot open --stdin {path}: {e}"))
@@ -355,10 +374,14 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(
         launch.umask.unwrap_or(0o022),
     ));
-    let spawned = match &launch.cgroup {
-        Some(dir) if direct => spawn_in_cgroup(&mut cmd, Path::new(dir))?,
-        _ => cmd.spawn(),
-    };
+    Ok(())
+}
+
+/// The spawn's outcome, its error saying which program could not be run.
+fn started(
+    program: &str,
+    spawned: std::io::Result<tokio::process::Child>,
+) -> std::io::Result<tokio::process::Child> {
     spawned.map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             std::io::Error::new(e.kind(), format!("command not found: {program}"))
