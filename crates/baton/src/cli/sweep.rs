@@ -128,7 +128,6 @@ pub fn run(command: Command, json: bool) -> anyhow::Result<ExitCode> {
 /// is waited for (the runs survive it), as `baton wait` does, so that a restart is never
 /// reported as the caller's timeout.
 fn wait(id: u64, timeout: Option<i64>) -> anyhow::Result<SweepView> {
-    use crate::api::client::ClientError;
     let client = client();
     let deadline = timeout.map(|ms| Instant::now() + Duration::from_millis(ms.max(0) as u64));
     let mut reached = false;
@@ -136,15 +135,8 @@ fn wait(id: u64, timeout: Option<i64>) -> anyhow::Result<SweepView> {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as i64);
         match client.wait_sweep(id, left) {
             Ok(sweep) => return Ok(sweep),
-            // No daemon at all on the first try is no restart: exit 3 at once.
-            Err(
-                ref e @ (ClientError::Transport(_)
-                | ClientError::Interrupted { .. }
-                | ClientError::Api { status: 503, .. }
-                | ClientError::NotRunning { .. }),
-            ) if (reached || !matches!(e, ClientError::NotRunning { .. }))
-                && deadline.is_none_or(|d| Instant::now() < d)
-                && crate::edge::connect::reconnects(&client, deadline) =>
+            Err(ref e)
+                if crate::edge::connect::waits_through_restart(&client, e, reached, deadline) =>
             {
                 reached = true;
             }

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use baton_core::units::parse_duration;
 
 use super::{EXIT_JOB_FAILED, EXIT_TIMEOUT, print_json};
-use crate::api::client::ClientError;
 use crate::edge::connect::{self, client};
 use crate::edge::{present, request};
 
@@ -105,17 +104,8 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
                     _ => break resp,
                 }
             }
-            // The daemon restarted under us: running jobs survive that, so wait on. No daemon
-            // at all on the first try is no restart: that is exit 3 at once, not after a minute.
-            Err(
-                ref e @ (ClientError::Transport(_)
-                | ClientError::Interrupted { .. }
-                | ClientError::Api { status: 503, .. }
-                | ClientError::NotRunning { .. }),
-            ) if (reached || !matches!(e, ClientError::NotRunning { .. }))
-                && deadline.is_none_or(|d| Instant::now() < d)
-                && connect::reconnects(&client, deadline) =>
-            {
+            // The daemon restarted under us: running jobs survive that, so wait on.
+            Err(ref e) if connect::waits_through_restart(&client, e, reached, deadline) => {
                 reached = true;
                 continue;
             }

@@ -104,6 +104,25 @@ fn spawn_daemon(home: &Path) -> Result<(), ClientError> {
     Ok(())
 }
 
+/// Whether a long wait that failed with `error` should wait on: the daemon went away or is
+/// restarting (running jobs survive that), it is back before `deadline`, and it was reached
+/// before (`reached`), since no daemon at all on the first try is no restart but exit 3 at once.
+pub fn waits_through_restart(
+    client: &Client,
+    error: &ClientError,
+    reached: bool,
+    deadline: Option<Instant>,
+) -> bool {
+    let restarting = match error {
+        ClientError::Transport(_)
+        | ClientError::Interrupted { .. }
+        | ClientError::Api { status: 503, .. } => true,
+        ClientError::NotRunning { .. } => reached,
+        _ => false,
+    };
+    restarting && deadline.is_none_or(|d| Instant::now() < d) && reconnects(client, deadline)
+}
+
 /// Waits up to a minute (never past `deadline`) for the daemon to answer again: a held wait
 /// ends when the daemon restarts, and running jobs survive that, so a waiter waits on.
 pub fn reconnects(client: &Client, deadline: Option<Instant>) -> bool {

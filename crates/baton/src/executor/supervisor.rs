@@ -291,8 +291,7 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
     // A job run as ourselves needs no step between fork and exec, so it is started with
     // posix_spawn (no copy of this process's memory). That takes a program found here, in the
     // job's PATH, since a PATH of the job's own would otherwise make std fall back to fork.
-    let direct = !as_other;
-    if !direct {
+    if as_other {
         let mut cmd = tokio::process::Command::new(program);
         configure(&mut cmd, files, launch, args, as_other)?;
         return started(program, cmd.spawn());

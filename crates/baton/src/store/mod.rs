@@ -139,8 +139,7 @@ impl Store {
              PRAGMA busy_timeout=5000;",
         )?;
         // Every statement is prepared once and kept (`prepare_cached`): the store has about 70,
-        // and rusqlite's default cache of 16 evicted them faster than they were reused, so each
-        // job's start, end and report re-parsed its SQL.
+        // more than rusqlite's default cache of 16 holds.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         // One plan per statement whatever its parameters: otherwise SQLite re-prepares a cached
         // statement whenever a bound value might change its plan (a partial index, a LIMIT, the
