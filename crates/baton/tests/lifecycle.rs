@@ -133,6 +133,22 @@ fn programs_are_found_in_the_jobs_path_and_scripts_without_a_shebang_run_with_sh
     assert_eq!(job["exit_code"], 127, "{job:#}");
 }
 
+/// A job starts with no signal blocked, whatever its supervisor does with signals: one blocked
+/// SIGTERM would make every stop wait for the SIGKILL. The job is `grep` itself, not a shell,
+/// since a shell clears its mask on start.
+#[test]
+fn a_job_starts_with_no_signals_blocked() {
+    let b = Baton::start(1);
+    let id = b.submit(&["--gpus", "1", "--", "grep", "SigBlk", "/proc/self/status"]);
+    b.wait_ok(&[id]);
+    let out = b.run(&["logs", &id.to_string()]).expect(0);
+    assert_eq!(
+        out.stdout.split_whitespace().nth(1),
+        Some("0000000000000000"),
+        "{out:?}"
+    );
+}
+
 #[test]
 fn cancel_of_a_queued_job_ends_it_at_once() {
     let b = Baton::start(1);

@@ -8,14 +8,16 @@
 
 use std::fs::{self, OpenOptions};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
+use rustix::event::{PollFd, PollFlags, poll};
 use rustix::fs::{FlockOperation, flock};
-use rustix::process::Signal;
-use tokio::signal::unix::{SignalKind, signal};
-use tokio::time::{Instant, sleep_until};
+use rustix::process::{Pid, PidfdFlags, Signal, pidfd_open};
+use std::time::Instant;
 
 use super::contain::{self, Cgroup, Descendants, Processes};
 use super::{ExitRecord, JobFiles, Launch, RunAs, SupervisorEvent, append_event, read_json};
@@ -60,17 +62,7 @@ pub fn run_in(dir: &Path) -> i32 {
         );
         return 1;
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("baton supervise: {e}");
-            return 1;
-        }
-    };
-    let exit = runtime.block_on(run_attempt(&files, &launch, &record));
+    let exit = run_attempt(&files, &launch, &record);
     if !record_exit(&record, &exit) {
         return 1;
     }
@@ -100,7 +92,7 @@ fn record_exit(record: &fs::File, exit: &ExitRecord) -> bool {
     }
 }
 
-async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> ExitRecord {
+fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> ExitRecord {
     let mut exit = ExitRecord {
         attempt: launch.attempt,
         exit_code: None,
@@ -120,14 +112,15 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
         }
         exit
     };
-    // Signal handlers before the record that cancel reads to find us: from then on a SIGTERM may
-    // come at any moment, and it is queued for the loop below rather than killing us.
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        exit.error = Some("cannot install signal handlers".into());
-        return finish(exit);
+    // The signals are taken before the record that cancel reads to find us: from then on a
+    // SIGTERM may come at any moment, and it waits for the loop below rather than killing us.
+    // SIGCHLD says that something the job orphaned has exited, to be reaped.
+    let signals = match SignalPipe::new(&[libc::SIGTERM, libc::SIGINT, libc::SIGCHLD]) {
+        Ok(signals) => signals,
+        Err(e) => {
+            exit.error = Some(format!("cannot take signals: {e}"));
+            return finish(exit);
+        }
     };
     let _ = append_event(
         record,
@@ -152,10 +145,6 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
         exit.error = Some(format!("cannot become a child subreaper: {e}"));
         return never_started(exit);
     }
-    let Ok(mut chld) = signal(SignalKind::child()) else {
-        exit.error = Some("cannot install signal handlers".into());
-        return never_started(exit);
-    };
     let procs: &dyn Processes = match &cgroup {
         Some(cgroup) => cgroup,
         None => &Descendants,
@@ -166,8 +155,6 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
         None => super::limits::Enforced::default(),
     };
     let watched_memory = launch.mem_limit.filter(|_| !enforced.memory);
-    let mut memory_watch = tokio::time::interval(super::limits::WATCH_INTERVAL);
-    memory_watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut child = match spawn(files, launch) {
         Ok(child) => child,
         Err(e) => {
@@ -180,7 +167,22 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
             return never_started(exit);
         }
     };
-    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    let pgid = child.id() as i32;
+    // Our own child, not yet waited for: its pid cannot name another process meanwhile.
+    let exited = match Pid::from_raw(pgid).map(|pid| pidfd_open(pid, PidfdFlags::empty())) {
+        Some(Ok(fd)) => fd,
+        _ => {
+            // No pidfd (a kernel before 5.3): the job cannot be followed, so it is not left
+            // running unwatched.
+            let _ = rustix::process::kill_process_group(
+                Pid::from_raw(pgid).expect("a child's pid"),
+                Signal::KILL,
+            );
+            let _ = child.wait();
+            exit.error = Some("cannot follow the job: no pidfd".into());
+            return never_started(exit);
+        }
+    };
     let _ = append_event(
         record,
         &SupervisorEvent::Spawned {
@@ -191,45 +193,68 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
         },
     );
     let grace = Duration::from_millis(launch.grace_ms.max(0) as u64);
-    let far = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
     let deadline = launch
         .time_limit_ms
         .map(|ms| Instant::now() + Duration::from_millis(ms.max(0) as u64));
+    let mut next_memory_look = Instant::now() + super::limits::WATCH_INTERVAL;
     // When set, the job has been asked to stop and is killed outright at this instant.
     let mut kill_at: Option<Instant> = None;
     let mut killed = false;
     let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            _ = term.recv() => {
-                exit.cancelled = !exit.timed_out;
-                stop(procs, &mut kill_at, grace);
+        // The next instant something is due: the time limit, the kill after the grace period,
+        // or a look at the job's memory.
+        let due = [
+            deadline.filter(|_| kill_at.is_none()),
+            kill_at.filter(|_| !killed),
+            Some(next_memory_look).filter(|_| watched_memory.is_some() && !killed),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let timeout = due.map(|at| at.saturating_duration_since(Instant::now()));
+        let mut fds = [
+            PollFd::new(&exited, PollFlags::IN),
+            PollFd::new(&signals.read, PollFlags::IN),
+        ];
+        match poll(&mut fds, timeout.map(timespec).as_ref()) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => break Err(std::io::Error::from(e)),
+        }
+        let (job_ended, signalled) = (!fds[0].revents().is_empty(), !fds[1].revents().is_empty());
+        if job_ended {
+            break child.wait();
+        }
+        if signalled {
+            for signo in signals.take() {
+                if signo == libc::SIGCHLD {
+                    // What the job orphaned and has exited: reaped now, not at the job's end.
+                    Descendants::reap_except(Some(pgid));
+                } else {
+                    exit.cancelled = !exit.timed_out;
+                    stop(procs, &mut kill_at, grace);
+                }
             }
-            _ = int.recv() => {
-                exit.cancelled = !exit.timed_out;
-                stop(procs, &mut kill_at, grace);
-            }
-            _ = chld.recv() => {
-                // What the job orphaned and has exited: reaped now, not at the job's end.
-                Descendants::reap_except(Some(pgid));
-            }
-            _ = sleep_until(deadline.unwrap_or(far)), if deadline.is_some() && kill_at.is_none() => {
-                exit.timed_out = true;
-                stop(procs, &mut kill_at, grace);
-            }
-            _ = sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() && !killed => {
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) && kill_at.is_none() {
+            exit.timed_out = true;
+            stop(procs, &mut kill_at, grace);
+        }
+        if kill_at.is_some_and(|k| now >= k) && !killed {
+            procs.kill();
+            killed = true;
+        }
+        if let Some(limit) = watched_memory
+            && !killed
+            && now >= next_memory_look
+        {
+            next_memory_look = now + super::limits::WATCH_INTERVAL;
+            if super::limits::memory_in_use(&procs.pids()) > limit {
+                // Like the kernel's OOM killer at a cgroup's limit: no grace, since what runs
+                // past its memory takes it from every other job.
+                exit.memory_exceeded = Some(limit);
                 procs.kill();
                 killed = true;
-            }
-            _ = memory_watch.tick(), if watched_memory.is_some() && !killed => {
-                let limit = watched_memory.unwrap_or(u64::MAX);
-                if super::limits::memory_in_use(&procs.pids()) > limit {
-                    // Like the kernel's OOM killer at a cgroup's limit: no grace, since what
-                    // runs past its memory takes it from every other job.
-                    exit.memory_exceeded = Some(limit);
-                    procs.kill();
-                    killed = true;
-                }
             }
         }
     };
@@ -243,7 +268,7 @@ async fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> Ex
     }
     // The job is over when its main process is, but its GPUs are free only once everything it
     // started is gone: the rest get SIGTERM and what is left of the grace period, then SIGKILL.
-    let all_gone = contain::end_all(procs, grace, kill_at.map(Instant::into_std));
+    let all_gone = contain::end_all(procs, grace, kill_at);
     if let (Some(cgroup), Some(limit)) = (&cgroup, launch.mem_limit)
         && enforced.memory
         && exit.signal == Some(9)
@@ -272,7 +297,7 @@ fn stop(procs: &dyn Processes, kill_at: &mut Option<Instant>, grace: Duration) {
     }
 }
 
-fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::Child> {
+fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<Child> {
     let Some((program, args)) = launch.command.split_first() else {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -292,7 +317,7 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
     // posix_spawn (no copy of this process's memory). That takes a program found here, in the
     // job's PATH, since a PATH of the job's own would otherwise make std fall back to fork.
     if as_other {
-        let mut cmd = tokio::process::Command::new(program);
+        let mut cmd = Command::new(program);
         configure(&mut cmd, files, launch, args, as_other)?;
         return started(program, cmd.spawn());
     }
@@ -302,18 +327,18 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
             format!("command not found: {program}"),
         )
     })?;
-    let spawn = |cmd: &mut tokio::process::Command| match &launch.cgroup {
+    let spawn = |cmd: &mut Command| match &launch.cgroup {
         Some(dir) => spawn_in_cgroup(cmd, Path::new(dir)),
         None => Ok(cmd.spawn()),
     };
-    let mut cmd = tokio::process::Command::new(&found);
+    let mut cmd = Command::new(&found);
     cmd.arg0(program);
     configure(&mut cmd, files, launch, args, as_other)?;
     let mut spawned = spawn(&mut cmd)?;
     if matches!(&spawned, Err(e) if e.raw_os_error() == Some(libc::ENOEXEC)) {
         // As execvp does: a file the kernel cannot execute (a script without `#!`) is run by
         // the shell.
-        let mut sh = tokio::process::Command::new("/bin/sh");
+        let mut sh = Command::new("/bin/sh");
         sh.arg(&found);
         configure(&mut sh, files, launch, args, as_other)?;
         spawned = spawn(&mut sh)?;
@@ -325,7 +350,7 @@ fn spawn(files: &JobFiles, launch: &Launch) -> std::io::Result<tokio::process::C
 /// process group, working directory, stdin, and (run as another user) the steps between fork
 /// and exec that enter its cgroup and drop to that user.
 fn configure(
-    cmd: &mut tokio::process::Command,
+    cmd: &mut Command,
     files: &JobFiles,
     launch: &Launch,
     args: &[String],
@@ -338,8 +363,7 @@ fn configure(
         .stdin(Stdio::null())
         .stdout(open(&files.stdout())?)
         .stderr(open(&files.stderr())?)
-        .process_group(0)
-        .kill_on_drop(false);
+        .process_group(0);
     // Opened here, written by the child before it drops privileges and execs: the job's first
     // process is in its cgroup before it can run anything, so everything it starts is too. A
     // job started directly is born there instead (`spawn_in_cgroup`).
@@ -377,10 +401,7 @@ fn configure(
 }
 
 /// The spawn's outcome, its error saying which program could not be run.
-fn started(
-    program: &str,
-    spawned: std::io::Result<tokio::process::Child>,
-) -> std::io::Result<tokio::process::Child> {
+fn started(program: &str, spawned: std::io::Result<Child>) -> std::io::Result<Child> {
     spawned.map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             std::io::Error::new(e.kind(), format!("command not found: {program}"))
@@ -395,10 +416,7 @@ fn started(
 /// own, `dir`'s grandparent (the layout `contain::Method::prepare` makes), right after. The
 /// job's first process is in its cgroup before it runs anything, as with `enter_cgroup`. The
 /// outer error is the cgroup's; the inner one the spawn's.
-fn spawn_in_cgroup(
-    cmd: &mut tokio::process::Command,
-    dir: &Path,
-) -> std::io::Result<std::io::Result<tokio::process::Child>> {
+fn spawn_in_cgroup(cmd: &mut Command, dir: &Path) -> std::io::Result<std::io::Result<Child>> {
     let own = dir
         .parent()
         .and_then(Path::parent)
@@ -414,9 +432,7 @@ fn spawn_in_cgroup(
         // Still in the job's cgroup: the job must not run on with its supervisor counted as
         // one of its processes (ending it would end the supervisor too).
         if let Ok(child) = &spawned
-            && let Some(pid) = child
-                .id()
-                .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+            && let Some(pid) = Pid::from_raw(child.id() as i32)
         {
             let _ = rustix::process::kill_process_group(pid, Signal::KILL);
         }
@@ -451,7 +467,7 @@ fn find_program(program: &str, env: &[(String, String)], cwd: &str) -> Option<Pa
 
 /// Makes the child open `path` as its stdin after it has dropped to the job's user (the
 /// pre-exec steps run in order; `drop_privileges` registered its own first).
-fn stdin_as_user(cmd: &mut tokio::process::Command, path: &str) -> std::io::Result<()> {
+fn stdin_as_user(cmd: &mut Command, path: &str) -> std::io::Result<()> {
     let path = std::ffi::CString::new(path)
         .map_err(|_| std::io::Error::other("--stdin path holds a NUL byte"))?;
     // SAFETY: open, dup2 and close are async-signal-safe; the path was made before the fork.
@@ -473,7 +489,7 @@ fn stdin_as_user(cmd: &mut tokio::process::Command, path: &str) -> std::io::Resu
 
 /// Makes the child move itself into the cgroup whose `cgroup.procs` is `procs` ("0" names the
 /// writer), first thing after the fork.
-fn enter_cgroup(cmd: &mut tokio::process::Command, procs: OwnedFd) {
+fn enter_cgroup(cmd: &mut Command, procs: OwnedFd) {
     // SAFETY: one write(2), which is async-signal-safe; the descriptor was opened before.
     unsafe {
         cmd.pre_exec(move || {
@@ -488,11 +504,7 @@ fn enter_cgroup(cmd: &mut tokio::process::Command, procs: OwnedFd) {
 /// Makes the child run as the submitting user: groups, then gid, then uid (the order matters:
 /// after setuid there is no permission left to change groups), and only then enters the working
 /// directory, so that it gets there with the user's permissions, not root's.
-fn drop_privileges(
-    cmd: &mut tokio::process::Command,
-    run_as: RunAs,
-    cwd: &str,
-) -> std::io::Result<()> {
+fn drop_privileges(cmd: &mut Command, run_as: RunAs, cwd: &str) -> std::io::Result<()> {
     let groups: Vec<libc::gid_t> = run_as.groups.clone();
     let cwd = std::ffi::CString::new(cwd)
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in cwd"))?;
@@ -518,4 +530,78 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// Where the signal handler writes: the write end of `SignalPipe`'s pipe, or -1 before one.
+static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_signal(signo: libc::c_int) {
+    // SAFETY: write(2) is async-signal-safe; errno is put back as it was, since the handler may
+    // interrupt code that is about to read it.
+    unsafe {
+        let errno = *libc::__errno_location();
+        let byte = signo as u8;
+        libc::write(
+            SIGNAL_PIPE.load(Ordering::Relaxed),
+            (&byte as *const u8).cast(),
+            1,
+        );
+        *libc::__errno_location() = errno;
+    }
+}
+
+/// Signals caught by a handler that writes each one's number into a pipe, so that the
+/// supervisor's loop polls them together with the job's pidfd. A handler, not a blocked mask
+/// and a signalfd: std's `Command` hands the parent's mask on to the child, and a job that
+/// starts with SIGTERM blocked could not be asked to stop. A handler is reset by exec.
+struct SignalPipe {
+    read: OwnedFd,
+    _write: OwnedFd,
+}
+
+impl SignalPipe {
+    fn new(signals: &[libc::c_int]) -> std::io::Result<SignalPipe> {
+        let (read, write) = rustix::pipe::pipe_with(
+            rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+        )?;
+        SIGNAL_PIPE.store(write.as_raw_fd(), Ordering::Relaxed);
+        // SAFETY: the handler only writes to the pipe; the action is a zeroed struct filled in.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as usize;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            for &signo in signals {
+                if libc::sigaction(signo, &action, std::ptr::null_mut()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+        }
+        Ok(SignalPipe {
+            read,
+            _write: write,
+        })
+    }
+
+    /// The signals that came since the last look, each once.
+    fn take(&self) -> Vec<libc::c_int> {
+        let mut taken = Vec::new();
+        let mut buf = [0u8; 64];
+        while let Ok(n @ 1..) = rustix::io::read(&self.read, &mut buf) {
+            for &byte in &buf[..n] {
+                let signo = libc::c_int::from(byte);
+                if !taken.contains(&signo) {
+                    taken.push(signo);
+                }
+            }
+        }
+        taken
+    }
+}
+
+fn timespec(wait: Duration) -> rustix::event::Timespec {
+    rustix::event::Timespec {
+        tv_sec: wait.as_secs() as i64,
+        tv_nsec: wait.subsec_nanos() as i64,
+    }
 }
