@@ -13,7 +13,11 @@
 #   JOBS     jobs per system and run (default 300)
 #   SLOTS    parallel slots: simulated GPUs / tsp slots / pueue parallel tasks (default 4)
 #   RUNS     rounds; each round runs every system once, in order (default 3)
-#   SYSTEMS  which systems, in order (default "baton tsp pueue")
+#   SYSTEMS  which systems, in order (default "baton baton-array tsp pueue")
+#   BATON_CPUS  CPUs baton's daemon may hand out (default SLOTS; empty: the machine's cores).
+#            A baton job reserves one CPU unless it asks, while task-spooler runs SLOTS jobs at
+#            once whatever the cores, so on a machine with fewer cores than SLOTS baton would
+#            run fewer jobs at once than the others without this.
 #   BATON    the baton binary (default target/release/baton, built if missing)
 #   KEEP=1   keep the temporary state directories (daemon logs, databases) for inspection
 #
@@ -27,6 +31,9 @@ SLOTS=${SLOTS:-4}
 RUNS=${RUNS:-3}
 SYSTEMS=${SYSTEMS:-"baton baton-array tsp pueue"}
 KEEP=${KEEP:-0}
+BATON_CPUS=${BATON_CPUS-$SLOTS}
+baton_serve_args=(--sim-gpus "$SLOTS")
+if [ -n "$BATON_CPUS" ]; then baton_serve_args+=(--cpus "$BATON_CPUS"); fi
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BATON=${BATON:-$root/target/release/baton}
@@ -110,7 +117,7 @@ baton_waits=$work/baton-waits.tsv   # run mean_ms p50_ms p99_ms max_ms runtime_m
 bench_baton() {
     local dir=$1 run=$2 ids=() id i
     local -x BATON_HOME=$dir
-    "$BATON" serve --sim-gpus "$SLOTS" 2>"$dir/daemon.log" &
+    "$BATON" serve "${baton_serve_args[@]}" 2>"$dir/daemon.log" &
     local pid=$!
     daemons+=("$pid")
     wait_for_socket "$dir/baton.sock" "$pid" "baton serve"
@@ -154,7 +161,7 @@ bench_baton() {
 bench_baton-array() {
     local dir=$1 id
     local -x BATON_HOME=$dir
-    "$BATON" serve --sim-gpus "$SLOTS" 2>"$dir/daemon.log" &
+    "$BATON" serve "${baton_serve_args[@]}" 2>"$dir/daemon.log" &
     local pid=$!
     daemons+=("$pid")
     wait_for_socket "$dir/baton.sock" "$pid" "baton serve"
