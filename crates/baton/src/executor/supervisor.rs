@@ -12,12 +12,11 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, poll};
 use rustix::fs::{FlockOperation, flock};
 use rustix::process::{Pid, PidfdFlags, Signal, pidfd_open};
-use std::time::Instant;
 
 use super::contain::{self, Cgroup, Descendants, Processes};
 use super::{ExitRecord, JobFiles, Launch, RunAs, SupervisorEvent, append_event, read_json};
@@ -174,10 +173,7 @@ fn run_attempt(files: &JobFiles, launch: &Launch, record: &fs::File) -> ExitReco
         _ => {
             // No pidfd (a kernel before 5.3): the job cannot be followed, so it is not left
             // running unwatched.
-            let _ = rustix::process::kill_process_group(
-                Pid::from_raw(pgid).expect("a child's pid"),
-                Signal::KILL,
-            );
+            super::kill_group(pgid, Signal::KILL);
             let _ = child.wait();
             exit.error = Some("cannot follow the job: no pidfd".into());
             return never_started(exit);
