@@ -333,6 +333,83 @@ fn an_unreachable_slurm_keeps_jobs_queued_with_the_reason() {
 }
 
 /// Nodes the cluster has (`.ci/slurm-two-nodes.sh` makes the test cluster two).
+#[test]
+fn baton_deps_json_lists_what_each_start_under_slurm_guarantees() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    // The seeds wait for `go`, so that everything after them goes to Slurm while they run:
+    // the file is written at submission, before any of them has ended.
+    std::fs::write(
+        b.path("seeds.yaml"),
+        "name: seeds\n\
+         tasks:\n  \
+           train:\n    \
+             command: sh -c 'while [ ! -e go ]; do sleep 0.2; done; echo val_acc=0.9{seed}'\n    \
+             matrix:\n      seed: [1, 2]\n  \
+           aggregate:\n    \
+             command: python3 -c \"import json,os; d=json.load(open(os.environ['BATON_DEPS_JSON'])); \
+print(sorted((p['task'], p['params']['seed'], p['state'], p['exit_code'], open(p['stdout']).read().strip(), 'report_json' in p) for p in d['deps']))\"\n    \
+             after: [train]\n",
+    )
+    .unwrap();
+    let out = b.run(&["workflow", "submit", "seeds.yaml"]).expect(0);
+    assert!(!out.stdout.trim().is_empty(), "{out:?}");
+    let (train0, train1, aggregate) = (1, 2, 3);
+    let any = b.submit_sh(
+        &["--after-any", &train0.to_string()],
+        "cp \"$BATON_DEPS_JSON\" any.json",
+    );
+    // An array after the aggregate: each element has its own file.
+    let sweep = submit_sweep(
+        &b,
+        &[
+            "--array",
+            "0-1",
+            "--after",
+            &aggregate.to_string(),
+            "--",
+            "sh",
+            "-c",
+            "cp \"$BATON_DEPS_JSON\" array.{index}.json",
+        ],
+    );
+    let runs = sweep_jobs(&b, sweep);
+    for &id in [aggregate, any].iter().chain(&runs) {
+        poll(&b, id, 60, "submitted to Slurm", |j| {
+            j["slurm_job_id"].as_u64().is_some()
+        });
+    }
+    assert!(!ended(&b.job(train0)), "the seeds are still running");
+    std::fs::write(b.path("go"), "").unwrap();
+    let mut all = vec![train0, train1, aggregate, any];
+    all.extend(&runs);
+    let out = b.wait(&all, "90s");
+    assert_eq!(out.code, 0, "{out:?}\n{}", b.daemon_log());
+    // `success` dependencies: the aggregate started only once they had succeeded.
+    let stdout = std::fs::read_to_string(b.home.join(format!("jobs/{aggregate}/stdout"))).unwrap();
+    assert_eq!(
+        stdout.trim(),
+        "[('train.0', '1', 'succeeded', 0, 'val_acc=0.91', False), \
+         ('train.1', '2', 'succeeded', 0, 'val_acc=0.92', False)]"
+    );
+    // `any`: how train.0 would end was not known, so the file does not say.
+    let listed: Value = serde_json::from_str(&b.read("any.json")).unwrap();
+    let dep = &listed["deps"][0];
+    assert_eq!(dep["job"], train0, "{listed:#}");
+    assert_eq!(dep["kind"], "any", "{listed:#}");
+    assert_eq!(dep["task"], "train.0", "{listed:#}");
+    assert!(dep.get("state").is_none(), "{listed:#}");
+    assert!(dep.get("exit_code").is_none(), "{listed:#}");
+    for (index, run) in runs.iter().enumerate() {
+        let listed: Value = serde_json::from_str(&b.read(&format!("array.{index}.json"))).unwrap();
+        assert_eq!(listed["job"], *run, "{listed:#}");
+        assert_eq!(listed["deps"][0]["job"], aggregate, "{listed:#}");
+        assert_eq!(listed["deps"][0]["state"], "succeeded", "{listed:#}");
+    }
+}
+
 fn nodes() -> usize {
     let out = Command::new("sinfo")
         .args(["-h", "-N", "-o", "%N"])
@@ -366,7 +443,7 @@ fn an_atomic_workflow_is_one_heterogeneous_job_whose_components_start_together()
         &file,
         "name: gang\natomic: true\ntasks:\n  \
          prep: {command: \"echo $CUDA_VISIBLE_DEVICES > prep.gpus\", gpus: 1}\n  \
-         train: {command: \"echo $CUDA_VISIBLE_DEVICES $BATON_TASK > train.gpus\", gpus: 2, after: [prep]}\n",
+         train: {command: \"echo $CUDA_VISIBLE_DEVICES $BATON_TASK > train.gpus; cp $BATON_DEPS_JSON train.deps\", gpus: 2, after: [prep]}\n",
     )
     .unwrap();
     let out = b
@@ -412,6 +489,11 @@ fn an_atomic_workflow_is_one_heterogeneous_job_whose_components_start_together()
         "{train}"
     );
     assert!(train.contains("train"), "{train}");
+    // The batch script starts train only once prep has succeeded, which its file says.
+    let deps: Value = serde_json::from_str(&b.read("train.deps")).unwrap();
+    assert_eq!(deps["deps"][0]["task"], "prep", "{deps:#}");
+    assert_eq!(deps["deps"][0]["state"], "succeeded", "{deps:#}");
+    assert_eq!(deps["deps"][0]["exit_code"], 0, "{deps:#}");
     // Both components were allocated, and started, at the same moment.
     let out = Command::new("squeue")
         .env("SLURM_TIME_FORMAT", "%s")

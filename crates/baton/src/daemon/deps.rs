@@ -5,11 +5,20 @@
 //! A predecessor of another user is listed by id and state only. The scheduler starts a
 //! dependent only once its predecessors' reports are stored (`scheduling_input`), so the paths
 //! name files that exist.
+//!
+//! Under Slurm the file is written when the job is submitted, which is often before its
+//! predecessors end (Slurm's `--dependency` holds it back). A predecessor that has not ended
+//! is listed with what the job's start will guarantee and nothing more: `succeeded` and exit
+//! code 0 for a `success` dependency (or any task of an atomic workflow, whose batch script
+//! starts a task only after those before it succeeded), no state for `any` and `failure`; its
+//! report paths are listed only once the report exists.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Serialize;
+
+use baton_core::JobState;
 
 use super::Daemon;
 use crate::store::JobRecord;
@@ -26,7 +35,8 @@ struct Predecessor {
     job: u64,
     /// `success` (`--after`, a workflow's `after`), `any` or `failure`.
     kind: &'static str,
-    state: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -46,10 +56,15 @@ struct Predecessor {
 }
 
 impl Daemon {
-    /// Writes `deps.json` for a job about to start that has dependencies, and returns its path;
-    /// `None` for a job without any, or when it cannot be written (logged: the job still runs,
-    /// without the variable).
-    pub(crate) fn write_deps_file(&self, job: &JobRecord) -> Option<PathBuf> {
+    /// Writes `deps.json` for a job with dependencies, and returns its path; `None` for a job
+    /// without any, or when it cannot be written (logged: the job still runs, without the
+    /// variable). `all_must_succeed`: the job starts only once every predecessor succeeded,
+    /// whatever the dependency's kind (a task of an atomic workflow under Slurm).
+    pub(crate) fn write_deps_file(
+        &self,
+        job: &JobRecord,
+        all_must_succeed: bool,
+    ) -> Option<PathBuf> {
         if job.deps.is_empty() {
             return None;
         }
@@ -69,11 +84,22 @@ impl Daemon {
                     baton_core::DepKind::Any => "any",
                     baton_core::DepKind::Failure => "failure",
                 };
+                let (state, exit_code) = if record.state().is_terminal() {
+                    (
+                        Some(record.state().as_str().to_string()),
+                        record.exit_code(),
+                    )
+                } else if all_must_succeed || dep.kind == baton_core::DepKind::Success {
+                    // Not ended yet (Slurm): the job starts only once it has succeeded.
+                    (Some(JobState::Succeeded.as_str().to_string()), Some(0))
+                } else {
+                    (None, None)
+                };
                 let mut entry = Predecessor {
                     job: record.id.0,
                     kind,
-                    state: record.state().as_str().to_string(),
-                    exit_code: record.exit_code(),
+                    state,
+                    exit_code,
                     name: None,
                     task: None,
                     params: BTreeMap::new(),
@@ -88,8 +114,14 @@ impl Daemon {
                     entry.name = Some(record.name.clone());
                     entry.task = record.task.clone();
                     entry.params = record.params.iter().cloned().collect();
-                    entry.report_json = Some(files.report_json().display().to_string());
-                    entry.report_md = Some(files.report_md().display().to_string());
+                    // Under Slurm a report may still be on its way: named once it exists.
+                    let (json, md) = (files.report_json(), files.report_md());
+                    if json.exists() {
+                        entry.report_json = Some(json.display().to_string());
+                    }
+                    if md.exists() {
+                        entry.report_md = Some(md.display().to_string());
+                    }
                     entry.stdout = Some(files.stdout().display().to_string());
                     entry.stderr = Some(files.stderr().display().to_string());
                 }

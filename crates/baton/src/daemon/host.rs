@@ -89,8 +89,8 @@ impl Host for Daemon {
         &self.tag
     }
 
-    fn deps_file(&self, job: &JobRecord) -> Option<std::path::PathBuf> {
-        self.write_deps_file(job)
+    fn deps_file(&self, job: &JobRecord, all_must_succeed: bool) -> Option<std::path::PathBuf> {
+        self.write_deps_file(job, all_must_succeed)
     }
 
     fn grace_ms(&self) -> Millis {

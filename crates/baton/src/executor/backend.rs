@@ -68,9 +68,11 @@ pub trait Host: Send + Sync + 'static {
     /// The daemon's state directory.
     fn home(&self) -> &Path;
 
-    /// Writes the file that lists a job's predecessors (`BATON_DEPS_JSON`) as it starts; its
-    /// path, or `None` for a job without any.
-    fn deps_file(&self, job: &JobRecord) -> Option<std::path::PathBuf>;
+    /// Writes the file that lists a job's predecessors (`BATON_DEPS_JSON`): as it starts here,
+    /// as it is submitted to Slurm; its path, or `None` for a job without any.
+    /// `all_must_succeed`: the job starts only after every predecessor succeeded (a task of an
+    /// atomic workflow under Slurm), which the file may then say of those not ended yet.
+    fn deps_file(&self, job: &JobRecord, all_must_succeed: bool) -> Option<std::path::PathBuf>;
 
     /// The daemon's socket (Slurm's end-of-job mail pokes it).
     fn socket(&self) -> PathBuf {

@@ -151,7 +151,7 @@ impl LocalBackend {
         cgroup: Option<std::path::PathBuf>,
     ) -> Result<Launch, String> {
         let mut env = job_env(job, job.attempt(), Placed::Here(job.gpus()), host.tag());
-        if let Some(path) = host.deps_file(job) {
+        if let Some(path) = host.deps_file(job, false) {
             env.insert("BATON_DEPS_JSON".into(), path.display().to_string());
         }
         let run_as = host.run_as(job)?;

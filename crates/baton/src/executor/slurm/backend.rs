@@ -64,6 +64,19 @@ pub struct SlurmBackend {
 /// Job → (the Slurm job id it was seen with, its array task if it is an element).
 type ArrayTasks = HashMap<JobId, (u64, Option<u32>)>;
 
+/// Writes the job's `deps.json` before it goes to Slurm (its predecessors as far as they are
+/// known then: `daemon::deps`) and names it in the job's environment as `BATON_DEPS_JSON`.
+fn with_deps_file<H: Host>(
+    d: &H,
+    job: &JobRecord,
+    all_must_succeed: bool,
+    env: &mut BTreeMap<String, String>,
+) {
+    if let Some(path) = d.deps_file(job, all_must_succeed) {
+        env.insert("BATON_DEPS_JSON".into(), path.display().to_string());
+    }
+}
+
 impl SlurmBackend {
     pub fn new(slurm: Slurm) -> SlurmBackend {
         SlurmBackend {
@@ -318,7 +331,8 @@ impl SlurmBackend {
             tracing::error!(job = job.id.0, "cannot create the job's directory: {e}");
         }
         let attempt = job.attempt() + 1;
-        let env = job_env(job, attempt, Placed::ByCluster, d.tag());
+        let mut env = job_env(job, attempt, Placed::ByCluster, d.tag());
+        with_deps_file(&**d, job, false, &mut env);
         let run_as = d.run_as(job);
         let submission = Submission {
             job: job.id.0,
@@ -387,7 +401,12 @@ impl SlurmBackend {
         let dirs: Vec<std::path::PathBuf> = tasks.iter().map(|t| d.files(t.id).dir).collect();
         let envs: Vec<_> = tasks
             .iter()
-            .map(|t| job_env(t, t.attempt() + 1, Placed::ByCluster, d.tag()))
+            .map(|t| {
+                let mut env = job_env(t, t.attempt() + 1, Placed::ByCluster, d.tag());
+                // The batch script starts a task only once those before it succeeded.
+                with_deps_file(&**d, t, true, &mut env);
+                env
+            })
             .collect();
         let het: Vec<HetTask<'_>> = tasks
             .iter()
@@ -489,8 +508,9 @@ impl SlurmBackend {
         let envs: Vec<BTreeMap<String, String>> = runs
             .iter()
             .map(|r| {
-                job_env(r, r.attempt() + 1, Placed::ByCluster, d.tag())
-                    .into_iter()
+                let mut env = job_env(r, r.attempt() + 1, Placed::ByCluster, d.tag());
+                with_deps_file(&**d, r, false, &mut env);
+                env.into_iter()
                     .filter(|(k, v)| base.get(k) != Some(v))
                     .collect()
             })
