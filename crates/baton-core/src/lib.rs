@@ -10,6 +10,7 @@ pub mod fair_share;
 pub mod input;
 pub mod lifecycle;
 pub mod locality;
+pub mod midrun;
 pub mod model;
 pub mod placement;
 pub mod report;

@@ -28,6 +28,60 @@ pub struct Settings {
     pub resources: ResourceSettings,
     /// How big a sweep may be and when it counts as broken (`[sweeps]`).
     pub sweeps: SweepSettings,
+    /// What a running job's output may show that wakes its submitter before it ends (`[midrun]`).
+    pub midrun: MidrunSettings,
+}
+
+/// `[midrun]`: the detectors that follow a running job's output, each `wake` (default: the
+/// job's channels get a short alert), `note` (recorded, shown in the report) or `off`; how long
+/// a process must outlive the error it printed; and the most wake-ups a job gets in an hour.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MidrunSettings {
+    pub nan: DetectorSetting,
+    pub error: DetectorSetting,
+    #[serde(with = "baton_core::units::serde_duration")]
+    pub error_grace: Millis,
+    pub wakes_per_hour: u32,
+}
+
+/// What one detector does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DetectorSetting {
+    Wake,
+    Note,
+    Off,
+}
+
+impl Default for MidrunSettings {
+    fn default() -> Self {
+        let policy = baton_core::midrun::Policy::default();
+        MidrunSettings {
+            nan: DetectorSetting::Wake,
+            error: DetectorSetting::Wake,
+            error_grace: policy.error_grace_ms,
+            wakes_per_hour: policy.wakes_per_hour,
+        }
+    }
+}
+
+impl MidrunSettings {
+    /// The detectors' policy, as the pure core takes it.
+    pub fn policy(&self) -> baton_core::midrun::Policy {
+        use baton_core::midrun::Action;
+        let action = |s: DetectorSetting| match s {
+            DetectorSetting::Wake => Some(Action::Wake),
+            DetectorSetting::Note => Some(Action::Note),
+            DetectorSetting::Off => None,
+        };
+        baton_core::midrun::Policy {
+            nan: action(self.nan),
+            error: action(self.error),
+            error_grace_ms: self.error_grace,
+            wakes_per_hour: self.wakes_per_hour,
+        }
+    }
 }
 
 /// `[sweeps]`: the most runs one sweep or array may have, and when a sweep is clearly broken

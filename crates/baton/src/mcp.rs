@@ -58,7 +58,8 @@ fn instructions(context: &AgentContext) -> String {
             "baton queues GPU jobs and wakes you when they end. Submit a job with submit_job, \
              then stop working on it: when it ends, baton delivers its report (how it ended, the \
              error, the last metrics, the last lines of output) into this session by itself. \
-             {common}"
+             You will also be woken if the run goes wrong while it runs (its loss turns NaN, it \
+             prints an error and keeps running). {common}"
         )
     } else {
         format!(
@@ -399,7 +400,8 @@ impl BatonTools {
         job id, where it stands in the queue, and whether its report will wake you \
         (`wakes_caller`). If it will, STOP: do not poll, sleep or check on the job; when it ends, \
         well or badly, baton delivers its report (exit, cause, last metrics, last output lines) \
-        into this session by itself. If it will not, the result says what to do instead. Use \
+        into this session by itself, and you are also woken if the run goes wrong while it runs \
+        (a NaN loss, an error it outlives). If it will not, the result says what to do instead. Use \
         wait_for_jobs only for jobs that finish within a few minutes.",
         input_schema = input_schema::<SubmitJobArgs>()
     )]
@@ -553,7 +555,14 @@ impl BatonTools {
         };
         Ok(match self.call(move |c| c.list(&[args.id], false)).await {
             Ok(jobs) => match jobs.into_iter().next() {
-                Some(job) => done(present::summary(&job), json_of(&job)),
+                Some(job) => {
+                    let alerts = present::alert_lines(&job);
+                    let text = match alerts.trim_end() {
+                        "" => present::summary(&job),
+                        alerts => format!("{}\n{alerts}", present::summary(&job)),
+                    };
+                    done(text, json_of(&job))
+                }
                 None => error(format!("job {} does not exist", args.id)),
             },
             Err(e) => client_error(e),

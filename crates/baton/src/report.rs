@@ -63,15 +63,24 @@ pub enum Look<'a> {
     },
 }
 
+/// What the daemon watched of a job while it ran, for its report.
+pub struct Watched<'a> {
+    /// The monitor's summary of each GPU the job held.
+    pub usage: &'a [JobGpuUsage],
+    /// How often the GPU monitor sampled the job's GPUs (`None` where it did not watch them:
+    /// a job run by Slurm).
+    pub sample_interval: Option<Millis>,
+    /// The job's mid-run alerts (every attempt's; the report lists this attempt's).
+    pub alerts: &'a [crate::store::AlertRecord],
+}
+
 /// Builds the report of an ended job. `home` is baton's state directory (never listed as files
-/// the job wrote, should the job run inside it); `sample_interval` is how often the GPU monitor
-/// sampled the job's GPUs (`None` where it did not watch them: a job run by Slurm).
+/// the job wrote, should the job run inside it).
 pub fn build(
     job: &JobRecord,
     files: &JobFiles,
     gpus: &[GpuInfo],
-    usage: &[JobGpuUsage],
-    sample_interval: Option<Millis>,
+    watched: Watched<'_>,
     home: &Path,
     look: Look<'_>,
 ) -> Built {
@@ -106,9 +115,20 @@ pub fn build(
             && files
                 .exit_of(job.attempt())
                 .is_some_and(|e| e.memory_exceeded.is_some()),
-        gpu_sample_interval_ms: sample_interval,
+        gpu_sample_interval_ms: watched.sample_interval,
         stdout_path: files.stdout().display().to_string(),
         stderr_path: files.stderr().display().to_string(),
+        alerts: watched
+            .alerts
+            .iter()
+            .filter(|a| a.attempt == job.attempt())
+            .map(|a| baton_core::report::MidrunNote {
+                detector: a.detector.as_str().to_string(),
+                action: a.action.as_str().to_string(),
+                seen_at: a.seen_at,
+                evidence: a.evidence.clone(),
+            })
+            .collect(),
     };
     // The monitor's summary of each GPU the job held; a GPU it never sampled (a job shorter
     // than one sample interval) still says which it was and how big.
@@ -116,7 +136,7 @@ pub fn build(
         .gpus()
         .iter()
         .map(|&index| {
-            let sampled = usage.iter().find(|u| u.gpu == index);
+            let sampled = watched.usage.iter().find(|u| u.gpu == index);
             GpuUsage {
                 index,
                 samples: sampled.map_or(0, |u| u.samples),

@@ -108,6 +108,15 @@ pub fn build(
         started_at: facts.started_at,
         ended_at: facts.ended_at,
         submitted_at: facts.submitted_at,
+        alerts: facts
+            .alerts
+            .iter()
+            .take(super::MAX_ALERTS_KEPT)
+            .map(|a| super::MidrunNote {
+                evidence: clean(&a.evidence, 200),
+                ..a.clone()
+            })
+            .collect(),
     }
 }
 

@@ -127,6 +127,24 @@ fn render(r: &Report, b: &Budget) -> String {
             inline_code(&clip(line, b.quote_chars))
         );
     }
+    for alert in &r.alerts {
+        let into = r
+            .started_at
+            .map(|s| format!(", {} into the run", format_duration(alert.seen_at - s)))
+            .unwrap_or_default();
+        let told = if alert.action == "wake" {
+            "its submitter was woken"
+        } else {
+            "recorded, nobody woken"
+        };
+        let _ = writeln!(
+            md,
+            "- mid-run alert ({}): {}{into}, {}; {told}",
+            alert.detector,
+            rfc3339(alert.seen_at),
+            inline_code(&clip(&alert.evidence, b.quote_chars))
+        );
+    }
     if r.oom_killed && r.cause != Some(Cause::KernelOom) {
         md.push_str("- the kernel OOM killer acted during the run (host memory ran out)\n");
     }

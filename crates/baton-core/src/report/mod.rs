@@ -37,7 +37,7 @@ pub use cause::build;
 pub use efficiency::{Efficiency, efficiency};
 pub use markdown::fenced;
 pub use sanitize::sanitize_line;
-pub use scanner::OutputScanner;
+pub use scanner::{OutputScanner, SoFar};
 // The sweep's comparison report (`crate::sweep::compare`) prints the same kinds of job-derived
 // text, so it quotes and cuts it with the same helpers.
 pub(crate) use cause::{exception_text, inert};
@@ -63,7 +63,7 @@ impl Stream {
         }
     }
 
-    fn index(self) -> usize {
+    pub fn index(self) -> usize {
         match self {
             Stream::Stdout => 0,
             Stream::Stderr => 1,
@@ -186,7 +186,26 @@ pub struct JobFacts {
     pub gpu_sample_interval_ms: Option<Millis>,
     pub stdout_path: String,
     pub stderr_path: String,
+    /// The mid-run alerts raised while it ran (`crate::midrun`), oldest first.
+    #[serde(default)]
+    pub alerts: Vec<MidrunNote>,
 }
+
+/// A mid-run alert as a job's report lists it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MidrunNote {
+    /// `nan`, `error` (`crate::midrun::Detector`).
+    pub detector: String,
+    /// `wake`: its submitter was woken; `note`: recorded only.
+    pub action: String,
+    /// When what it tells of was first seen.
+    pub seen_at: Millis,
+    /// The output line that showed it (sanitized).
+    pub evidence: String,
+}
+
+/// Most mid-run alerts a [`Report`] lists.
+pub const MAX_ALERTS_KEPT: usize = 8;
 
 /// One GPU's usage over the job's run, summarised by the monitor.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -313,6 +332,9 @@ pub struct Report {
     pub started_at: Option<Millis>,
     pub ended_at: Millis,
     pub submitted_at: Millis,
+    /// The mid-run alerts raised while it ran, at most [`MAX_ALERTS_KEPT`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<MidrunNote>,
 }
 
 /// Most files a [`Report`] lists (the markdown shows fewer).

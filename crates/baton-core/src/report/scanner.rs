@@ -65,6 +65,30 @@ impl OutputScanner {
         self.splitters[i].skip();
     }
 
+    /// What the output has shown so far, for a job that still runs (`crate::midrun`): the first
+    /// NaN/inf loss and the latest error, each as the line that showed it. Lines not yet ended
+    /// are not looked at until they are.
+    pub fn so_far(&self) -> SoFar {
+        let f = &self.analysis.findings;
+        let error = f
+            .exception
+            .as_ref()
+            .map(|e| match e.message.as_str() {
+                "" => e.kind.clone(),
+                m => format!("{}: {m}", e.kind),
+            })
+            .or_else(|| f.cuda_oom.clone())
+            .or_else(|| {
+                (f.nccl_strength >= 2)
+                    .then(|| f.nccl_error.clone())
+                    .flatten()
+            });
+        SoFar {
+            non_finite_loss: f.non_finite_loss.clone(),
+            error,
+        }
+    }
+
     /// Flushes the last unterminated line of each stream and returns what was found.
     pub fn finish(mut self) -> OutputSummary {
         for stream in [Stream::Stdout, Stream::Stderr] {
@@ -93,6 +117,16 @@ impl OutputScanner {
             non_finite_loss: findings.non_finite_loss,
         }
     }
+}
+
+/// What a running job's output has shown so far ([`OutputScanner::so_far`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SoFar {
+    /// The first line that showed a NaN or infinite loss.
+    pub non_finite_loss: Option<String>,
+    /// The latest error: a Python exception (`RuntimeError: ...`), else a CUDA out-of-memory
+    /// line, else an NCCL error line.
+    pub error: Option<String>,
 }
 
 /// Cuts one stream into lines. A carriage return not followed by a newline means the terminal
@@ -451,6 +485,30 @@ mod tests {
             }
             assert_eq!(scanner.finish().stdout, whole.stdout, "chunk size {size}");
         }
+    }
+
+    #[test]
+    fn so_far_tells_a_nan_loss_and_an_error_while_the_output_goes_on() {
+        let mut scanner = OutputScanner::new();
+        scanner.feed(Stream::Stdout, b"step 1 loss=0.5\nstep 2 loss=na");
+        assert_eq!(
+            scanner.so_far(),
+            SoFar::default(),
+            "a line counts once it ends"
+        );
+        scanner.feed(Stream::Stdout, b"n\n");
+        assert_eq!(
+            scanner.so_far().non_finite_loss.as_deref(),
+            Some("step 2 loss=nan")
+        );
+        scanner.feed(
+            Stream::Stderr,
+            b"Traceback (most recent call last):\n  File \"w.py\", line 3, in <module>\n                  work()\nRuntimeError: DataLoader worker (pid 7) is killed\n",
+        );
+        assert_eq!(
+            scanner.so_far().error.as_deref(),
+            Some("RuntimeError: DataLoader worker (pid 7) is killed")
+        );
     }
 
     #[test]

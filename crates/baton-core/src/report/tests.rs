@@ -42,6 +42,7 @@ fn facts(state: JobState) -> JobFacts {
         gpu_sample_interval_ms: Some(5_000),
         stdout_path: "/home/alice/.local/share/baton/jobs/42/stdout".into(),
         stderr_path: "/home/alice/.local/share/baton/jobs/42/stderr".into(),
+        alerts: Vec::new(),
     }
 }
 

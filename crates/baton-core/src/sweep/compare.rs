@@ -1974,6 +1974,7 @@ mod tests {
             gpu_sample_interval_ms: None,
             stdout_path: "o".into(),
             stderr_path: "e".into(),
+            alerts: Vec::new(),
         };
         let output = crate::report::OutputSummary {
             cuda_oom: Some("torch.OutOfMemoryError: CUDA out of memory. Tried 2 GiB".into()),

@@ -318,6 +318,34 @@ pub struct JobView {
     /// channels and session are left out (empty).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub private: bool,
+    /// Its mid-run alerts, every attempt's, oldest first: shown when the job is asked for by
+    /// id (`baton status ID`, MCP `job_status`), and only to whoever may act on it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<AlertView>,
+}
+
+/// A mid-run alert (`baton_core::midrun`) of a job, and how its deliveries went.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AlertView {
+    pub attempt: u32,
+    /// `nan`, `error`.
+    pub detector: String,
+    /// `wake` (sent through the job's channels) or `note` (recorded only).
+    pub action: String,
+    /// When what it tells of was first seen (RFC 3339).
+    pub seen_at: String,
+    /// The output line that showed it (sanitized; program output, untrusted).
+    pub evidence: String,
+    /// Where its message is stored.
+    pub path: String,
+    pub deliveries: Vec<AlertDelivery>,
+}
+
+/// One channel an alert went to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AlertDelivery {
+    pub channel: String,
+    pub state: DeliveryState,
 }
 
 /// `GET /v1/jobs?ids=1,2&all=true` and `GET /v1/history`: the named jobs, or the queue.

@@ -164,6 +164,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         containment,
         retries: settings.retries,
         sweeps: settings.sweeps.clone(),
+        midrun: settings.midrun.policy(),
         connections: settings.limits.connection_limits(),
         limits: settings.limits,
     };

@@ -167,6 +167,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         if !shown.is_empty() {
             print!("{}", present::job_table(&shown));
         }
+        for job in &shown {
+            print!("{}", present::alert_lines(job));
+        }
         for sweep in &lines {
             println!("{}", present::sweep_line(sweep));
         }

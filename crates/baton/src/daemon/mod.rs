@@ -10,6 +10,7 @@ mod error;
 mod handlers;
 mod hook;
 mod host;
+pub(crate) mod midrun;
 mod monitor;
 mod outbox;
 mod place;
@@ -69,6 +70,8 @@ pub struct Config {
     pub retries: crate::config::RetrySettings,
     /// How big a sweep may be and when it counts as broken (`[sweeps]`).
     pub sweeps: crate::config::SweepSettings,
+    /// The detectors that follow a running job's output (`[midrun]`).
+    pub midrun: baton_core::midrun::Policy,
     /// What users of a shared daemon may ask for (`[limits]`).
     pub limits: crate::config::LimitSettings,
     /// What one connection may hold and for how long (`[limits]`).
@@ -95,6 +98,7 @@ impl Config {
             },
             retries: Default::default(),
             sweeps: Default::default(),
+            midrun: Default::default(),
             limits: Default::default(),
             connections: crate::config::LimitSettings::default().connection_limits(),
             host: crate::config::ResourceSettings::default()
@@ -337,6 +341,7 @@ impl Daemon {
         let tasks = &self.tasks;
         tasks.spawn(Stop, self.clone().scheduler_loop());
         tasks.spawn(Stop, self.clone().outbox_loop());
+        tasks.spawn(Stop, self.clone().midrun_loop());
         tasks.spawn(Stop, self.clone().monitor_loop());
         if let Some(rx) = self.ended_rx.lock().ok().and_then(|mut rx| rx.take()) {
             tasks.spawn(Drained, self.clone().report_loop(rx));
@@ -475,14 +480,13 @@ impl Daemon {
 
     /// Records a terminal state with one pending delivery per channel, frees the job's GPUs,
     /// and hands the job to the report builder. Called with the lock held.
-    pub(crate) fn finish(&self, inner: &mut Inner, id: JobId, ending: Ending) {
-        if inner.unrecorded.jobs.contains(&id) {
-            return; // its end waits to be recorded already
-        }
-        let Some(job) = inner.jobs.get(id) else {
-            return; // ended already
-        };
-        let channels = match self.run_channels(inner, job) {
+    /// The channels a job's own messages go through (its report, its mid-run alerts).
+    pub(crate) fn end_channels(
+        &self,
+        inner: &Inner,
+        job: &JobRecord,
+    ) -> Vec<crate::notify::Channel> {
+        match self.run_channels(inner, job) {
             // A sweep's run: its sweep's comparison is delivered, not each run's report.
             Some(none) => none,
             // Queued before reports existed: the inbox file, as `auto` always includes.
@@ -490,7 +494,17 @@ impl Daemon {
                 path: self.inbox_for(job.owner_uid, &job.env),
             }],
             None => job.notify.clone(),
+        }
+    }
+
+    pub(crate) fn finish(&self, inner: &mut Inner, id: JobId, ending: Ending) {
+        if inner.unrecorded.jobs.contains(&id) {
+            return; // its end waits to be recorded already
+        }
+        let Some(job) = inner.jobs.get(id) else {
+            return; // ended already
         };
+        let channels = self.end_channels(inner, job);
         self.record_change(
             inner,
             durable::Change::End {

@@ -149,12 +149,24 @@ impl Daemon {
                 // The local monitor samples only this machine's GPUs, and only if it has any.
                 let sample_interval = (self.places_here() && !self.gpu_info.is_empty())
                     .then_some(self.config.waste.sample_interval);
+                // Only a job that ran can have raised any.
+                let alerts = if job.started_at().is_some() {
+                    self.lock().jobs.store().alerts(id).unwrap_or_else(|e| {
+                        tracing::warn!(job = id.0, "no mid-run alerts for the report: {e}");
+                        Vec::new()
+                    })
+                } else {
+                    Vec::new()
+                };
                 let built = report::build(
                     &job,
                     &files,
                     &self.gpu_info,
-                    &usage,
-                    sample_interval,
+                    report::Watched {
+                        usage: &usage,
+                        sample_interval,
+                        alerts: &alerts,
+                    },
                     &self.config.home,
                     look,
                 );
@@ -297,6 +309,55 @@ impl Daemon {
 
     /// Delivers one job's report through each of the given channels at once.
     async fn deliver_job(self: Arc<Self>, id: JobId, deliveries: Vec<Delivery>) {
+        // Mid-run alerts need no report (the job may still run); the rest ride on it.
+        let (midrun, deliveries): (Vec<Delivery>, Vec<Delivery>) =
+            deliveries.into_iter().partition(|d| d.subject.is_midrun());
+        if !midrun.is_empty() {
+            self.deliver_alerts(id, &midrun).await;
+        }
+        if !deliveries.is_empty() {
+            self.deliver_after_end(id, deliveries).await;
+        }
+        self.lock().delivering.remove(&id);
+        self.outbox_wake.notify_one();
+    }
+
+    /// Delivers a job's mid-run alerts, each as it was stored.
+    async fn deliver_alerts(&self, id: JobId, deliveries: &[Delivery]) {
+        let Ok(Some(job)) = self.job(id) else {
+            return; // removed meanwhile: nothing left to record on
+        };
+        let sends = deliveries.iter().map(|d| {
+            let job = &job;
+            async move {
+                let Subject::JobAlert(alert) = d.subject else {
+                    return;
+                };
+                let stored = self.lock().jobs.store().alert(alert).ok().flatten();
+                let outcome = match stored {
+                    Some(a) => {
+                        let path =
+                            super::midrun::alert_path(&self.files(id), a.attempt, a.detector);
+                        let msg = Message::alert(
+                            id.0,
+                            a.detector.as_str(),
+                            &a.message,
+                            &path.display().to_string(),
+                            &job.cwd,
+                            job.env.clone(),
+                        );
+                        self.deliver_as_owner(job, &d.channel, &msg).await
+                    }
+                    None => Outcome::Failed("the alert is missing".into()),
+                };
+                self.record(job, d, outcome);
+            }
+        });
+        futures_util::future::join_all(sends).await;
+    }
+
+    /// Delivers what a job's end brought: its report, or its workflow's or sweep's message.
+    async fn deliver_after_end(self: &Arc<Self>, id: JobId, deliveries: Vec<Delivery>) {
         let built = self.report_of(id).await;
         let job = self.job(id).ok().flatten();
         match (built, job) {
@@ -324,6 +385,8 @@ impl Daemon {
                                     .await
                                     .ok_or("the sweep's alert is missing"),
                             ),
+                            // Sent by `deliver_alerts`, never with these.
+                            Subject::JobAlert(_) => Some(Err("a mid-run alert goes on its own")),
                         };
                         let outcome = match other {
                             Some(Ok(other)) => me.deliver_as_owner(job, &d.channel, &other).await,
@@ -344,8 +407,6 @@ impl Daemon {
                 }
             }
         }
-        self.lock().delivering.remove(&id);
-        self.outbox_wake.notify_one();
     }
 
     /// Waits (at most `bound`) until the deliveries in flight have finished and are recorded: a

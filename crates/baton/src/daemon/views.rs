@@ -92,5 +92,6 @@ pub fn job_view(job: &JobRecord) -> JobView {
         sweep_id: job.sweep.as_ref().map(|r| r.id),
         sweep_index: job.sweep.as_ref().map(|r| r.index),
         private: false,
+        alerts: Vec::new(),
     }
 }

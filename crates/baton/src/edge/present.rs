@@ -322,6 +322,32 @@ fn clip(text: &str, max: usize) -> String {
 }
 
 /// `job 42 "sweep-lr3" failed after 2h13m: exit code 1`.
+/// A job's mid-run alerts, one line each under the table (only a job asked for by id has
+/// them): what was seen and when, and where it went.
+pub fn alert_lines(job: &JobView) -> String {
+    let mut out = String::new();
+    for a in &job.alerts {
+        let went = if a.deliveries.is_empty() {
+            "recorded, nobody woken".to_string()
+        } else {
+            a.deliveries
+                .iter()
+                .map(|d| format!("{} {}", d.channel, d.state.as_str()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out.push_str(&format!(
+            "job {} alert ({}, attempt {}) at {}: {} [{went}]\n",
+            job.id,
+            a.detector,
+            a.attempt,
+            a.seen_at,
+            terminal_safe(&a.evidence),
+        ));
+    }
+    out
+}
+
 pub fn summary(job: &JobView) -> String {
     let took = elapsed(job);
     let mut line = format!("job {} \"{}\" {}", job.id, job.name, job.state);

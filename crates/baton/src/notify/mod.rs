@@ -167,6 +167,47 @@ impl Message {
 }
 
 impl Message {
+    /// A mid-run alert (`baton_core::midrun`): the job still runs; `markdown` says what was
+    /// seen and is stored at `path`.
+    pub fn alert(
+        job: u64,
+        detector: &str,
+        markdown: &str,
+        path: &str,
+        cwd: &str,
+        env: BTreeMap<String, String>,
+    ) -> Message {
+        let end = format!("[end of baton alert for job {job}]");
+        let text = format!(
+            "[baton] job {job} needs a look while it runs ({detector}). This is baton's automatic \
+             mid-run alert, not a request; it follows below and is stored at {path}.\n\n{}\n{end}",
+            markdown.trim_end()
+        );
+        let json = serde_json::json!({
+            "event": "job.alert",
+            "job_id": job,
+            "detector": detector,
+            "state": "running",
+            "report_path": path,
+            "markdown": markdown,
+        })
+        .to_string();
+        Message {
+            job,
+            state: "running".to_string(),
+            exit_code: None,
+            text,
+            markdown: markdown.to_string(),
+            json,
+            report_path: path.to_string(),
+            env,
+            cwd: cwd.to_string(),
+            end,
+        }
+    }
+}
+
+impl Message {
     /// A sweep's comparison report once its last run ended, or (`alert`) its early alert
     /// while runs remain, sent through the sweep's channels. `anchor` is the run whose end (or
     /// report) brought it.

@@ -44,26 +44,35 @@ pub enum Subject {
     Sweep(u64),
     /// The sweep's early alert ("clearly broken"), on the run whose report showed it.
     SweepAlert(u64),
+    /// A mid-run alert of the job itself (`alerts.id`), sent while it runs.
+    JobAlert(i64),
 }
 
 impl Subject {
-    /// Its `workflow_id`, `sweep_id` and `kind` columns.
-    fn columns(self) -> (Option<i64>, Option<i64>, &'static str) {
+    /// Its `workflow_id`, `sweep_id`, `kind` and `alert_id` columns.
+    fn columns(self) -> (Option<i64>, Option<i64>, &'static str, Option<i64>) {
         match self {
-            Subject::Job => (None, None, "end"),
-            Subject::Workflow(w) => (Some(w as i64), None, "end"),
-            Subject::Sweep(s) => (None, Some(s as i64), "end"),
-            Subject::SweepAlert(s) => (None, Some(s as i64), "alert"),
+            Subject::Job => (None, None, "end", None),
+            Subject::Workflow(w) => (Some(w as i64), None, "end", None),
+            Subject::Sweep(s) => (None, Some(s as i64), "end", None),
+            Subject::SweepAlert(s) => (None, Some(s as i64), "alert", None),
+            Subject::JobAlert(a) => (None, None, "midrun", Some(a)),
         }
     }
 
-    fn read(workflow: Option<i64>, sweep: Option<i64>, kind: &str) -> Subject {
-        match (workflow, sweep) {
-            (Some(w), _) => Subject::Workflow(w as u64),
-            (None, Some(s)) if kind == "alert" => Subject::SweepAlert(s as u64),
-            (None, Some(s)) => Subject::Sweep(s as u64),
-            (None, None) => Subject::Job,
+    fn read(workflow: Option<i64>, sweep: Option<i64>, kind: &str, alert: Option<i64>) -> Subject {
+        match (workflow, sweep, alert) {
+            (Some(w), _, _) => Subject::Workflow(w as u64),
+            (None, Some(s), _) if kind == "alert" => Subject::SweepAlert(s as u64),
+            (None, Some(s), _) => Subject::Sweep(s as u64),
+            (None, None, Some(a)) => Subject::JobAlert(a),
+            (None, None, None) => Subject::Job,
         }
+    }
+
+    /// Whether it is sent while its job runs (needing no report).
+    pub fn is_midrun(self) -> bool {
+        matches!(self, Subject::JobAlert(_))
     }
 }
 
@@ -82,6 +91,7 @@ columns!(
         after_id,
         sweep_id,
         kind,
+        alert_id,
     }
 );
 
@@ -137,6 +147,7 @@ impl Store {
                         r.get(c.workflow_id)?,
                         r.get(c.sweep_id)?,
                         &r.get::<_, String>(c.kind)?,
+                        r.get(c.alert_id)?,
                     ),
                     channel: Channel::File {
                         path: String::new(),
@@ -279,11 +290,11 @@ impl Store {
         {
             return Ok(false);
         }
-        let (workflow, sweep, kind) = subject.columns();
+        let (workflow, sweep, kind, alert) = subject.columns();
         self.conn
             .prepare_cached(
                 "INSERT INTO deliveries (job_id, channel, state, next_at, workflow_id, sweep_id, \
-                 kind) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6)",
+                 kind, alert_id) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6, ?7)",
             )?
             .execute(params![
                 job.0 as i64,
@@ -291,7 +302,8 @@ impl Store {
                 now,
                 workflow,
                 sweep,
-                kind
+                kind,
+                alert
             ])?;
         Ok(true)
     }
@@ -326,7 +338,7 @@ pub(crate) fn insert_deliveries(
     channels: &[Channel],
     at: Millis,
 ) -> Result<(), StoreError> {
-    let (workflow, sweep, kind) = subject.columns();
+    let (workflow, sweep, kind, alert) = subject.columns();
     let mut previous_link: Option<i64> = None;
     for channel in channels {
         let after = if channel.is_session() {
@@ -341,7 +353,7 @@ pub(crate) fn insert_deliveries(
         };
         tx.prepare_cached(
             "INSERT INTO deliveries (job_id, channel, state, next_at, workflow_id, after_id, \
-             sweep_id, kind) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+             sweep_id, kind, alert_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )?
         .execute(params![
             job.0 as i64,
@@ -351,7 +363,8 @@ pub(crate) fn insert_deliveries(
             workflow,
             after,
             sweep,
-            kind
+            kind,
+            alert
         ])?;
         if channel.is_session() {
             previous_link = Some(tx.last_insert_rowid());

@@ -368,6 +368,8 @@ impl Store {
             out.deliveries += tx
                 .prepare_cached("DELETE FROM deliveries WHERE job_id = ?1")?
                 .execute([id])? as u64;
+            tx.prepare_cached("DELETE FROM alerts WHERE job_id = ?1")?
+                .execute([id])?;
             out.gpu_usage += tx
                 .prepare_cached("DELETE FROM job_gpu_usage WHERE job_id = ?1")?
                 .execute([id])? as u64;

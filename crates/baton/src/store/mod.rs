@@ -47,6 +47,7 @@ macro_rules! columns {
     };
 }
 
+mod alerts;
 mod deliveries;
 mod events;
 mod history;
@@ -57,6 +58,7 @@ mod schema;
 mod sweeps;
 mod workflows;
 
+pub use alerts::AlertRecord;
 pub use deliveries::{Delivery, DeliveryState, Subject};
 pub(crate) use deliveries::{insert_deliveries, supersede_deliveries};
 // No caller names `Event` today (they take it from `events()`), but it stays where it was.

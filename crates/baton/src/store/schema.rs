@@ -189,6 +189,21 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX jobs_sweep ON jobs (sweep_id) WHERE sweep_id IS NOT NULL;
     ALTER TABLE deliveries ADD COLUMN sweep_id INTEGER;
     ALTER TABLE deliveries ADD COLUMN kind TEXT NOT NULL DEFAULT 'end';",
+    // 15: mid-run alerts (issue 17): what a running job's output showed, at most once per
+    // detector and attempt (the unique index), delivered like reports (`deliveries.alert_id`).
+    "CREATE TABLE alerts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL REFERENCES jobs (id),
+        attempt INTEGER NOT NULL,
+        detector TEXT NOT NULL,
+        action TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        seen_at INTEGER NOT NULL,
+        evidence TEXT NOT NULL,
+        message TEXT NOT NULL
+    );
+    CREATE UNIQUE INDEX alerts_once ON alerts (job_id, attempt, detector);
+    ALTER TABLE deliveries ADD COLUMN alert_id INTEGER;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

@@ -220,7 +220,13 @@ impl Daemon {
         let inner = self.lock();
         for id in ids {
             match inner.jobs.lookup(*id)? {
-                Some(job) => out.push(shown_view(&inner.jobs, peer, &job)),
+                Some(job) => {
+                    let mut view = shown_view(&inner.jobs, peer, &job);
+                    if peer.may_act_on(&job) {
+                        view.alerts = self.alert_views(inner.jobs.store(), *id)?;
+                    }
+                    out.push(view);
+                }
                 None => {
                     let newest = inner.jobs.store().max_id()?;
                     return Err(ApiError::NotFound(if newest == 0 {
@@ -232,6 +238,43 @@ impl Daemon {
             }
         }
         Ok(out)
+    }
+}
+
+impl Daemon {
+    /// A job's mid-run alerts with their deliveries' states.
+    fn alert_views(
+        &self,
+        store: &crate::store::Store,
+        id: JobId,
+    ) -> Result<Vec<crate::api::AlertView>, ApiError> {
+        let alerts = store.alerts(id)?;
+        if alerts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let deliveries = store.deliveries(id)?;
+        let files = self.files(id);
+        Ok(alerts
+            .iter()
+            .map(|a| crate::api::AlertView {
+                attempt: a.attempt,
+                detector: a.detector.as_str().to_string(),
+                action: a.action.as_str().to_string(),
+                seen_at: rfc3339(a.seen_at),
+                evidence: a.evidence.clone(),
+                path: crate::daemon::midrun::alert_path(&files, a.attempt, a.detector)
+                    .display()
+                    .to_string(),
+                deliveries: deliveries
+                    .iter()
+                    .filter(|d| d.subject == crate::store::Subject::JobAlert(a.id))
+                    .map(|d| crate::api::AlertDelivery {
+                        channel: d.channel.public_spec(),
+                        state: d.state,
+                    })
+                    .collect(),
+            })
+            .collect())
     }
 }
 

@@ -1,0 +1,183 @@
+//! Mid-run alerts end to end (issue 17): a daemon on simulated GPUs following real processes'
+//! output as they write it. A NaN loss wakes the submitter once while the job runs; an error
+//! the process outlives wakes it after the grace period, one it dies of does not (its end report
+//! tells); `note` records without waking; a restart neither repeats nor loses an alert; the end
+//! report lists them.
+
+mod common;
+
+use std::path::Path;
+
+use common::{Baton, wait_contains};
+use serde_json::Value;
+
+/// A daemon on `gpus` simulated GPUs with `config` as its config.toml.
+fn with_config(gpus: u32, config: &str) -> Baton {
+    let mut b = Baton::unstarted();
+    std::fs::create_dir_all(&b.home).unwrap();
+    std::fs::write(b.home.join("config.toml"), config).unwrap();
+    let gpus = gpus.to_string();
+    b.serve_with(&["serve", "--sim-gpus", &gpus, "--grace", "1s"]);
+    b
+}
+
+fn alert_end(job: u64) -> String {
+    format!("[end of baton alert for job {job}]")
+}
+
+fn report_end(job: u64) -> String {
+    format!("[end of baton report for job {job}]")
+}
+
+fn inbox(b: &Baton) -> (String, std::path::PathBuf) {
+    let path = b.path("inbox.md");
+    (format!("file:{}", path.display()), path)
+}
+
+/// Waits until the job has `n` alerts and each was delivered; returns them (`status --json`).
+#[track_caller]
+fn delivered_alerts(b: &Baton, id: u64, n: usize) -> Vec<Value> {
+    let until = std::time::Instant::now() + common::DEADLINE;
+    loop {
+        let alerts = b.job(id)["alerts"].as_array().cloned().unwrap_or_default();
+        let done = alerts.len() == n
+            && alerts.iter().all(|a| {
+                a["deliveries"]
+                    .as_array()
+                    .is_some_and(|d| !d.is_empty() && d.iter().all(|d| d["state"] == "delivered"))
+            });
+        if done {
+            return alerts;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "job {id}'s alerts: {alerts:#?}\n{}",
+            b.daemon_log()
+        );
+        std::thread::sleep(common::POLL);
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[test]
+fn a_nan_loss_wakes_the_submitter_once_while_the_job_runs() {
+    let b = Baton::start(2);
+    let (channel, path) = inbox(&b);
+    let id = b.submit_sh(
+        &["--gpus", "1", "--notify", &channel],
+        "echo 'step 1 loss=0.52'; echo 'step 2 loss=nan'; echo 'step 3 loss=nan'; sleep 60",
+    );
+    wait_contains(&path, &alert_end(id));
+    let text = read(&path);
+    assert_eq!(b.state(id), "running", "the alert came while it ran");
+    assert!(text.contains("its loss became NaN or infinite"), "{text}");
+    assert!(
+        text.contains("step 2 loss=nan"),
+        "the first NaN line: {text}"
+    );
+    assert!(text.contains("untrusted"), "{text}");
+    assert!(text.contains(&format!("`baton cancel {id}`")), "{text}");
+    let stored = b.home.join(format!("jobs/{id}/alert-1.nan.md"));
+    assert!(read(&stored).contains("step 2 loss=nan"), "stored too");
+    let events = b.run(&["events", &id.to_string()]).expect(0).stdout;
+    assert!(
+        events.contains("alert") && events.contains("nan (wake)"),
+        "{events}"
+    );
+    let alerts = delivered_alerts(&b, id, 1);
+    assert_eq!(alerts[0]["detector"], "nan");
+    assert_eq!(alerts[0]["evidence"], "step 2 loss=nan");
+    assert_eq!(alerts[0]["deliveries"][0]["channel"], channel);
+    let status = b.run(&["status", &id.to_string()]).expect(0).stdout;
+    assert!(
+        status.contains(&format!("job {id} alert (nan, attempt 1)"))
+            && status.contains("step 2 loss=nan")
+            && status.contains("delivered"),
+        "{status}"
+    );
+
+    b.run(&["cancel", &id.to_string()]).expect(0);
+    wait_contains(&path, &report_end(id));
+    let text = read(&path);
+    assert_eq!(text.matches(&alert_end(id)).count(), 1, "one alert: {text}");
+    let report = b.run(&["report", &id.to_string()]).expect(0).stdout;
+    assert!(
+        report.contains("mid-run alert (nan)") && report.contains("its submitter was woken"),
+        "{report}"
+    );
+}
+
+#[test]
+fn an_error_the_process_outlives_wakes_after_the_grace_and_one_it_dies_of_does_not() {
+    let b = with_config(2, "[midrun]\nerror_grace = \"1s\"\nnan = \"note\"\n");
+    let (channel, path) = inbox(&b);
+    let traceback = "printf 'Traceback (most recent call last):\\n  File \"w.py\", line 3, in <module>\\n    work()\\nRuntimeError: DataLoader worker (pid 7) is killed\\n' >&2";
+    let dies = b.submit_sh(&["--notify", &channel], &format!("{traceback}; exit 1"));
+    let hangs = b.submit_sh(
+        &["--notify", &channel],
+        &format!("echo 'loss=nan'; {traceback}; sleep 60"),
+    );
+    wait_contains(&path, &alert_end(hangs));
+    assert_eq!(b.state(hangs), "running");
+    let text = read(&path);
+    assert!(
+        text.contains("it printed an error and is still running")
+            && text.contains("RuntimeError: DataLoader worker (pid 7) is killed"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("its loss became NaN"),
+        "nan is a note: nobody is woken for it: {text}"
+    );
+    // The one that died of its exception: its end report tells, no alert.
+    wait_contains(&path, &report_end(dies));
+    assert!(!read(&path).contains(&alert_end(dies)), "{}", read(&path));
+
+    b.run(&["cancel", &hangs.to_string()]).expect(0);
+    wait_contains(&path, &report_end(hangs));
+    let report = b.run(&["report", &hangs.to_string()]).expect(0).stdout;
+    assert!(report.contains("mid-run alert (error)"), "{report}");
+    assert!(
+        report.contains("mid-run alert (nan)") && report.contains("recorded, nobody woken"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_restart_neither_repeats_nor_loses_an_alert() {
+    let mut b = with_config(2, "[midrun]\nerror_grace = \"1s\"\n");
+    let (channel, path) = inbox(&b);
+    let id = b.submit_sh(
+        &["--notify", &channel],
+        "echo 'loss=nan'; while [ ! -e go ]; do sleep 0.1; done; \
+         echo 'RuntimeError: CUDA error: an illegal memory access was encountered' >&2; \
+         echo 'torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp' >&2; sleep 60",
+    );
+    wait_contains(&path, &alert_end(id));
+    // Killed once the delivery is recorded (a `kill -9` right after a channel took it, before
+    // that, sends it again after the restart, as for reports).
+    delivered_alerts(&b, id, 1);
+    b.kill_daemon();
+    b.serve_with(&["serve", "--sim-gpus", "2", "--grace", "1s"]);
+    // The restarted daemon reads the job's output again (the NaN among it) and follows on.
+    b.touch("go");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while read(&path).matches(&alert_end(id)).count() < 2 {
+        assert!(
+            std::time::Instant::now() < until,
+            "no error alert after the restart: {}\n{}",
+            read(&path),
+            b.daemon_log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let text = read(&path);
+    assert_eq!(text.matches("its loss became NaN").count(), 1, "{text}");
+    assert_eq!(text.matches("printed an error").count(), 1, "{text}");
+    b.run(&["cancel", &id.to_string()]).expect(0);
+    wait_contains(&path, &report_end(id));
+    assert_eq!(read(&path).matches(&alert_end(id)).count(), 2);
+}
