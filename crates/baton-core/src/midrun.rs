@@ -48,6 +48,9 @@ pub enum Action {
     Wake,
     /// Recorded and shown in the job's report; nobody is woken.
     Note,
+    /// The job is ended at once as failed, with what was seen as its reason; its end report
+    /// is delivered as for any end (`--stop-on`).
+    Stop,
 }
 
 impl Action {
@@ -55,11 +58,12 @@ impl Action {
         match self {
             Action::Wake => "wake",
             Action::Note => "note",
+            Action::Stop => "stop",
         }
     }
 
     pub fn parse(text: &str) -> Option<Action> {
-        [Action::Wake, Action::Note]
+        [Action::Wake, Action::Note, Action::Stop]
             .into_iter()
             .find(|a| a.as_str() == text)
     }
@@ -91,6 +95,19 @@ impl Default for Policy {
 }
 
 impl Policy {
+    /// This policy for a job that asked to be stopped when one of `stop_on` fires (whatever
+    /// the daemon's setting for it, `off` included).
+    pub fn with_stop_on(&self, stop_on: &[Detector]) -> Policy {
+        let mut policy = self.clone();
+        for d in stop_on {
+            match d {
+                Detector::Nan => policy.nan = Some(Action::Stop),
+                Detector::Error => policy.error = Some(Action::Stop),
+            }
+        }
+        policy
+    }
+
     fn action(&self, detector: Detector) -> Option<Action> {
         match detector {
             Detector::Nan => self.nan,
@@ -217,6 +234,18 @@ pub struct AlertFacts<'a> {
     pub started_at: Millis,
 }
 
+/// Why a job stopped by `detector` ended (its `reason`).
+pub fn stop_reason(detector: Detector) -> String {
+    format!(
+        "stopped by baton: {} (--stop-on {})",
+        match detector {
+            Detector::Nan => "its loss became NaN or infinite",
+            Detector::Error => "it printed an error and kept running",
+        },
+        detector.as_str()
+    )
+}
+
 /// The headline of an alert: what was seen.
 pub fn headline(detector: Detector) -> &'static str {
     match detector {
@@ -246,11 +275,20 @@ pub fn message(facts: &AlertFacts<'_>, alert: &Alert, at_text: &str) -> String {
         &[evidence],
     ));
     out.push('\n');
-    let _ = writeln!(
-        out,
-        "To look closer: `baton logs {job} --tail 50`. To stop it: `baton cancel {job}`. \
-         If you let it run, its end report comes as usual."
-    );
+    if alert.action == Action::Stop {
+        let _ = writeln!(
+            out,
+            "baton stopped it (--stop-on {}): it ends as failed, freeing its GPUs, and its end \
+             report follows. `baton logs {job} --tail 50` shows more of its output.",
+            alert.detector.as_str()
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "To look closer: `baton logs {job} --tail 50`. To stop it: `baton cancel {job}`. \
+             If you let it run, its end report comes as usual."
+        );
+    }
     let _ = writeln!(
         out,
         "baton raises this alert ({}) once for this attempt.",
@@ -342,6 +380,24 @@ mod tests {
             watch
                 .check(&seen(Some("loss=nan"), None), 10, &policy)
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn stop_on_stops_whatever_the_daemons_setting_and_is_never_rate_limited() {
+        let policy = Policy {
+            nan: None,
+            wakes_per_hour: 0,
+            ..Policy::default()
+        }
+        .with_stop_on(&[Detector::Nan]);
+        let mut watch = Watch::default();
+        let alerts = watch.check(&seen(Some("loss=nan"), None), 0, &policy);
+        assert_eq!(alerts[0].action, Action::Stop);
+        assert!(!alerts[0].rate_limited);
+        assert_eq!(
+            stop_reason(Detector::Nan),
+            "stopped by baton: its loss became NaN or infinite (--stop-on nan)"
         );
     }
 

@@ -157,6 +157,11 @@ struct SubmitJobArgs {
     /// Run a failed job again up to this many more times.
     #[serde(default)]
     retries: Option<u32>,
+    /// Mid-run detectors that end the job as failed at once, freeing its GPUs, instead of
+    /// waking you and letting it run: "nan" (its loss turns NaN or infinite), "error" (it
+    /// prints an error and keeps running).
+    #[serde(default)]
+    stop_on: Vec<String>,
     /// Labels, e.g. {"protect": "true"}.
     #[serde(default)]
     tags: BTreeMap<String, String>,
@@ -1070,6 +1075,7 @@ impl BatonTools {
             begin_at_ms,
             hold: args.hold,
             stdin: None,
+            stop_on: args.stop_on,
             time_limit_ms,
             retries: args.retries.unwrap_or(0),
             tags: args.tags,

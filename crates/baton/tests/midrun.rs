@@ -181,3 +181,48 @@ fn a_restart_neither_repeats_nor_loses_an_alert() {
     wait_contains(&path, &report_end(id));
     assert_eq!(read(&path).matches(&alert_end(id)).count(), 2);
 }
+
+#[test]
+fn stop_on_ends_the_job_as_failed_and_frees_its_gpu_for_the_next() {
+    let b = Baton::start(1);
+    let (channel, path) = inbox(&b);
+    let id = b.submit_sh(
+        &["--gpus", "1", "--stop-on", "nan", "--notify", &channel],
+        "echo 'step 7 loss=inf'; sleep 60",
+    );
+    let next = b.submit_sh(&["--gpus", "1"], "true");
+    let out = b.wait(&[id], "30s");
+    assert_eq!(out.code, 1, "{out:?}");
+    let job = b.job(id);
+    assert_eq!(job["state"], "failed", "{job:#}");
+    assert_eq!(
+        job["reason"], "stopped by baton: its loss became NaN or infinite (--stop-on nan)",
+        "{job:#}"
+    );
+    assert_eq!(job["alerts"][0]["action"], "stop", "{job:#}");
+    // Its GPU went to the next job; its end report, not an alert, was delivered.
+    b.wait_ok(&[next]);
+    wait_contains(&path, &report_end(id));
+    let text = read(&path);
+    assert!(!text.contains(&alert_end(id)), "{text}");
+    assert!(text.contains("stopped by baton"), "{text}");
+    let report = b.run(&["report", &id.to_string()]).expect(0).stdout;
+    assert!(
+        report.contains("baton stopped the job (--stop-on)"),
+        "{report}"
+    );
+}
+
+#[test]
+fn an_unknown_detector_is_refused_and_nothing_is_queued() {
+    let b = Baton::start(1);
+    let out = b.run(&["submit", "--stop-on", "nan,stal", "--", "true"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("\"stal\": no such detector (there are: nan, error)"),
+        "{out:?}"
+    );
+    let listed = b.run(&["status", "--all", "--json"]).expect(0).json();
+    assert_eq!(listed, serde_json::json!([]), "nothing queued");
+}

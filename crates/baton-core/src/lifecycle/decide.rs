@@ -28,6 +28,8 @@ pub struct AttemptExit {
 pub struct JobFacts<'a> {
     /// Who asked to cancel it, if anyone did.
     pub cancel_requested_by: Option<&'a str>,
+    /// Why baton stopped it (`Transition::RequestStop`): the cancel then ends it as failed.
+    pub stop_reason: Option<&'a str>,
     pub time_limit: Option<Millis>,
     /// Attempts started so far, this one included.
     pub attempt: u32,
@@ -37,13 +39,16 @@ pub struct JobFacts<'a> {
 /// How an attempt ended, from its supervisor's record (`None`: the supervisor died without one).
 pub fn attempt_ending(job: JobFacts<'_>, exit: Option<&AttemptExit>, now: Millis) -> Ending {
     let Some(exit) = exit else {
-        return match job.cancel_requested_by {
-            Some(by) => Ending::cancelled(format!("cancelled by {by}"), now),
-            None => Ending::failed("the supervisor died without recording an exit status", now),
+        return match (job.stop_reason, job.cancel_requested_by) {
+            (Some(why), Some(_)) => Ending::failed(why, now),
+            (None, Some(by)) => Ending::cancelled(format!("cancelled by {by}"), now),
+            _ => Ending::failed("the supervisor died without recording an exit status", now),
         };
     };
     let cancelled_by = job.cancel_requested_by.filter(|_| exit.cancelled);
-    let (outcome, reason) = if let Some(by) = cancelled_by {
+    let (outcome, reason) = if let (Some(why), Some(_)) = (job.stop_reason, cancelled_by) {
+        (Outcome::Failed, why.to_string())
+    } else if let Some(by) = cancelled_by {
         (Outcome::Cancelled, format!("cancelled by {by}"))
     } else if exit.timed_out {
         let limit = job.time_limit.map(format_duration).unwrap_or_default();

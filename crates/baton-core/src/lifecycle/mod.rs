@@ -178,6 +178,9 @@ pub struct Running {
     pub cancel_requested_by: Option<String>,
     /// What is happening to it ("cancelling (asked by alice)", Slurm's word).
     pub reason: Option<String>,
+    /// Why baton itself stops it (a mid-run detector its submitter named in `--stop-on`): its
+    /// end is then recorded as failed, with this reason.
+    pub stop_reason: Option<String>,
 }
 
 /// Where and since when a job's last attempt ran.
@@ -237,6 +240,9 @@ pub enum Transition {
     Withdraw { reason: String },
     /// Someone asked to stop it.
     RequestCancel { by: String, reason: String },
+    /// baton stops a running job that went wrong (`--stop-on`): like a cancel by `baton`, but
+    /// it ends as failed with `reason`.
+    RequestStop { reason: String },
     /// It must not start until released (`baton hold`).
     Hold { by: String },
     /// The hold is lifted (`baton release`): it may start again.
@@ -337,6 +343,7 @@ impl Life {
             Transition::Start { gpus, .. } => ("started", format!("gpus {gpus:?}")),
             Transition::Withdraw { reason } => ("requeued", reason.clone()),
             Transition::RequestCancel { by, .. } => ("cancel-requested", by.clone()),
+            Transition::RequestStop { reason } => ("stop-requested", reason.clone()),
             Transition::Hold { by } => ("held", by.clone()),
             Transition::Unhold { by } => ("hold-released", by.clone()),
             Transition::Retry { reason, .. } => ("retry", reason.clone()),
@@ -414,6 +421,7 @@ impl Life {
                             // A cancel asked while Slurm had it queued still stands.
                             cancel_requested_by: q.cancel_requested_by.clone(),
                             reason: None,
+                            stop_reason: None,
                         }),
                     },
                     effects,
@@ -436,6 +444,16 @@ impl Life {
                 Status::Running(Running {
                     cancel_requested_by: Some(by.clone()),
                     reason: Some(reason.clone()),
+                    ..r.clone()
+                })
+            }
+            (Status::Running(r), Transition::RequestStop { reason })
+                if r.cancel_requested_by.is_none() =>
+            {
+                Status::Running(Running {
+                    cancel_requested_by: Some("baton".into()),
+                    reason: Some(format!("stopping: {reason}")),
+                    stop_reason: Some(reason.clone()),
                     ..r.clone()
                 })
             }
@@ -636,6 +654,10 @@ impl Transition {
             Transition::Start { .. } => "start",
             Transition::Withdraw { .. } => "have its start withdrawn",
             Transition::RequestCancel { .. } => "be asked to cancel",
+            Transition::RequestStop { .. } => {
+                "be stopped by baton (it is not running, or \
+                                               is being cancelled already)"
+            }
             Transition::Hold { .. } => "be held",
             Transition::Unhold { .. } => "be released (it is not held)",
             Transition::Retry { .. } => "be retried",

@@ -4,6 +4,7 @@ use super::*;
 fn facts(attempt: u32, retries: u32) -> JobFacts<'static> {
     JobFacts {
         cancel_requested_by: None,
+        stop_reason: None,
         time_limit: Some(60_000),
         attempt,
         retries,
@@ -19,6 +20,7 @@ fn running(gpus: &[u32]) -> Life {
             on: Runner::Local,
             cancel_requested_by: None,
             reason: None,
+            stop_reason: None,
         }),
     }
 }
@@ -488,4 +490,50 @@ fn only_an_ended_job_that_did_not_succeed_can_be_requeued() {
         Life::submitted().apply(&requeue).unwrap_err().job_state,
         JobState::Queued
     );
+}
+
+#[test]
+fn a_stop_by_baton_ends_the_job_as_failed_with_its_reason_and_no_retry() {
+    let (life, _) = running(&[0])
+        .apply(&Transition::RequestStop {
+            reason: "stopped by baton: its loss became NaN (--stop-on nan)".into(),
+        })
+        .unwrap();
+    let Status::Running(r) = &life.status else {
+        panic!("still running until it exits: {life:?}");
+    };
+    assert_eq!(r.cancel_requested_by.as_deref(), Some("baton"));
+    assert!(
+        life.apply(&Transition::RequestStop {
+            reason: "again".into()
+        })
+        .is_err(),
+        "stopping twice is refused"
+    );
+    let facts = JobFacts {
+        cancel_requested_by: Some("baton"),
+        stop_reason: r.stop_reason.as_deref(),
+        ..facts(1, 3)
+    };
+    let exit = AttemptExit {
+        exit: Exit {
+            code: None,
+            signal: Some(15),
+        },
+        cancelled: true,
+        ..AttemptExit::default()
+    };
+    let ending = attempt_ending(facts, Some(&exit), 100);
+    assert_eq!(ending.outcome, Outcome::Failed);
+    assert_eq!(
+        ending.reason.as_deref(),
+        Some("stopped by baton: its loss became NaN (--stop-on nan)")
+    );
+    assert!(
+        matches!(after_attempt(facts, ending, 1000, 100), Transition::End(_)),
+        "a stopped job is not retried"
+    );
+    // Its supervisor killed without a record: still failed for that reason.
+    let ending = attempt_ending(facts, None, 100);
+    assert_eq!(ending.outcome, Outcome::Failed);
 }

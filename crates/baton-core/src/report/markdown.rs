@@ -132,10 +132,10 @@ fn render(r: &Report, b: &Budget) -> String {
             .started_at
             .map(|s| format!(", {} into the run", format_duration(alert.seen_at - s)))
             .unwrap_or_default();
-        let told = if alert.action == "wake" {
-            "its submitter was woken"
-        } else {
-            "recorded, nobody woken"
+        let told = match alert.action.as_str() {
+            "wake" => "its submitter was woken",
+            "stop" => "baton stopped the job (--stop-on)",
+            _ => "recorded, nobody woken",
         };
         let _ = writeln!(
             md,

@@ -74,6 +74,10 @@ pub struct SubmitRequest {
     /// Absolute path of a file the job reads as its stdin (else /dev/null).
     #[serde(default)]
     pub stdin: Option<String>,
+    /// Mid-run detectors (`nan`, `error`) that end the job as failed when they fire
+    /// (`--stop-on`), instead of waking its submitter and letting it run.
+    #[serde(default)]
+    pub stop_on: Vec<String>,
     #[serde(default)]
     pub time_limit_ms: Option<i64>,
     #[serde(default)]
@@ -118,6 +122,7 @@ impl std::fmt::Debug for SubmitRequest {
             begin_at_ms,
             hold,
             stdin,
+            stop_on,
             time_limit_ms,
             retries,
             tags,
@@ -143,6 +148,7 @@ impl std::fmt::Debug for SubmitRequest {
             .field("begin_at_ms", begin_at_ms)
             .field("hold", hold)
             .field("stdin", stdin)
+            .field("stop_on", stop_on)
             .field("time_limit_ms", time_limit_ms)
             .field("retries", retries)
             .field("tags", tags)

@@ -63,6 +63,11 @@ pub struct Args {
     /// is not passed on).
     #[arg(long, value_name = "FILE")]
     stdin: Option<PathBuf>,
+    /// End the job as failed, freeing its GPUs, when one of these mid-run detectors fires,
+    /// instead of waking you and letting it run: nan (a NaN/inf loss), error (an error it
+    /// outlives). Comma-separated or repeated.
+    #[arg(long = "stop-on", value_delimiter = ',', value_name = "DETECTOR")]
+    stop_on: Vec<String>,
     /// Wall-clock limit, e.g. 90m, 2h, 1h30m, 01:30:00. The job ends `timeout` when it passes.
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     time_limit: Option<i64>,
@@ -179,6 +184,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         },
         hold: args.hold,
         stdin: args.stdin.clone(),
+        stop_on: args.stop_on.clone(),
         time_limit_ms: args.time_limit,
         retries: args.retries,
         tags: args.tags.into_iter().collect::<BTreeMap<_, _>>(),

@@ -212,6 +212,7 @@ fn sweep_request(
         begin_at_ms: None,
         hold: false,
         stdin: None,
+        stop_on: Vec::new(),
         time_limit_ms: spec.time_limit,
         retries: spec.retries,
         tags: Default::default(),

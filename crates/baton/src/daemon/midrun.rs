@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_core::lifecycle::Transition;
 use baton_core::midrun::{self, Action, Alert, AlertFacts, Watch};
 use baton_core::report::{OutputScanner, Stream};
 use baton_core::{JobId, JobState, Millis};
@@ -52,6 +53,8 @@ struct Followed {
     streams: [Option<File>; 2],
     scanner: OutputScanner,
     watch: Watch,
+    /// The daemon's policy with the job's own `--stop-on`.
+    policy: midrun::Policy,
 }
 
 impl Followed {
@@ -109,7 +112,6 @@ impl Daemon {
                 return;
             }
         };
-        let policy = self.config.midrun.clone();
         let mut followed: HashMap<JobId, Followed> = HashMap::new();
         let mut changed = self.changed.subscribe();
         let mut buf = vec![0u8; 64 << 10];
@@ -120,7 +122,7 @@ impl Daemon {
             let mut dirty: Vec<JobId> = fresh;
             let next = followed
                 .values()
-                .filter_map(|f| f.watch.next_check(&policy))
+                .filter_map(|f| f.watch.next_check(&f.policy))
                 .min();
             let sleep = async {
                 match next {
@@ -170,7 +172,7 @@ impl Daemon {
                     continue;
                 };
                 f.read_new(&mut buf);
-                let alerts = f.watch.check(&f.scanner.so_far(), now, &policy);
+                let alerts = f.watch.check(&f.scanner.so_far(), now, &f.policy);
                 for alert in alerts {
                     self.raise_alert(id, f, alert, now);
                 }
@@ -181,7 +183,8 @@ impl Daemon {
     /// Starts following the jobs that run now and stops following those that do not; returns
     /// the ones just started, to be read at once (they may have printed already).
     fn reconcile(&self, fd: &OwnedFd, followed: &mut HashMap<JobId, Followed>) -> Vec<JobId> {
-        let running: Vec<(JobId, u32, Millis, String)> = {
+        type Run = (JobId, u32, Millis, String, Vec<midrun::Detector>);
+        let running: Vec<Run> = {
             let inner = self.lock();
             inner
                 .jobs
@@ -189,7 +192,13 @@ impl Daemon {
                 .filter(|j| j.state() == JobState::Running)
                 .map(|j| {
                     let started = j.started_at().unwrap_or_else(now_ms);
-                    (j.id, j.attempt(), started, j.name.clone())
+                    (
+                        j.id,
+                        j.attempt(),
+                        started,
+                        j.name.clone(),
+                        j.stop_on.clone(),
+                    )
                 })
                 .collect()
         };
@@ -203,7 +212,7 @@ impl Daemon {
             keep
         });
         let mut fresh = Vec::new();
-        for (id, attempt, started_at, name) in running {
+        for (id, attempt, started_at, name, stop_on) in running {
             if followed.contains_key(&id) {
                 continue;
             }
@@ -242,6 +251,7 @@ impl Daemon {
                     streams: [None, None],
                     scanner: OutputScanner::new(),
                     watch: Watch::resume(raised),
+                    policy: self.config.midrun.with_stop_on(&stop_on),
                 },
             );
             fresh.push(id);
@@ -250,7 +260,8 @@ impl Daemon {
     }
 
     /// Commits one alert with its deliveries (none for a note, or where the job has no channel
-    /// to wake: then it is a note) and wakes the outbox.
+    /// to wake: then it is a note) and wakes the outbox; for a stop, then stops the job (its
+    /// end report is delivered as for any end).
     fn raise_alert(&self, id: JobId, f: &Followed, mut alert: Alert, now: Millis) {
         let mut inner = self.lock();
         let Some(job) = inner.jobs.get(id).cloned() else {
@@ -261,7 +272,7 @@ impl Daemon {
         } else {
             Vec::new()
         };
-        if channels.is_empty() {
+        if alert.action == Action::Wake && channels.is_empty() {
             alert.action = Action::Note;
         }
         let at_text = humantime::format_rfc3339_seconds(
@@ -297,6 +308,17 @@ impl Daemon {
                     action = alert.action.as_str(),
                     "mid-run alert"
                 );
+                if alert.action == Action::Stop {
+                    let stop = Transition::RequestStop {
+                        reason: midrun::stop_reason(alert.detector),
+                    };
+                    let mut jobs = super::host::Locked(inner);
+                    if let Err(e) = self.cancel(&mut jobs, &job, stop) {
+                        tracing::error!(job = id.0, "cannot stop the job: {e}");
+                    }
+                    drop(jobs);
+                    self.notify_changed();
+                }
                 self.outbox_wake.notify_one();
             }
             Ok(None) => {} // raised before this restart

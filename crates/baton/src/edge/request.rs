@@ -42,6 +42,8 @@ pub struct Job {
     pub hold: bool,
     /// A file the job reads as stdin, as the caller gave it (made absolute here).
     pub stdin: Option<PathBuf>,
+    /// Mid-run detectors that end it as failed (`--stop-on`).
+    pub stop_on: Vec<String>,
     pub time_limit_ms: Option<i64>,
     pub retries: u32,
     pub tags: BTreeMap<String, String>,
@@ -79,6 +81,7 @@ pub fn submit_request(job: Job, context: AgentContext) -> Result<SubmitRequest, 
             Some(path) => Some(stdin_file(path)?.display().to_string()),
             None => None,
         },
+        stop_on: job.stop_on,
         time_limit_ms: job.time_limit_ms,
         retries: job.retries,
         tags: job.tags,

@@ -53,6 +53,8 @@ pub struct JobRecord {
     pub begin_at: Option<Millis>,
     /// The file its stdin reads (`--stdin`); else /dev/null.
     pub stdin: Option<String>,
+    /// The mid-run detectors that stop it as failed (`--stop-on`).
+    pub stop_on: Vec<baton_core::midrun::Detector>,
     /// Its place in a sweep or array (`submit --array/--sweep`).
     pub sweep: Option<SweepRun>,
     /// The parameters it runs with: a sweep's run's, or a workflow matrix task's.
@@ -85,6 +87,7 @@ pub struct NewJob {
     pub critical_path: Millis,
     pub begin_at: Option<Millis>,
     pub stdin: Option<String>,
+    pub stop_on: Vec<baton_core::midrun::Detector>,
     /// Queued held by this user (`submit --hold`).
     pub held_by: Option<String>,
     pub sweep: Option<SweepRun>,
@@ -127,6 +130,7 @@ impl std::fmt::Debug for JobRecord {
             colocate,
             begin_at,
             stdin,
+            stop_on,
             sweep,
             params,
             life,
@@ -155,6 +159,7 @@ impl std::fmt::Debug for JobRecord {
             .field("colocate", colocate)
             .field("begin_at", begin_at)
             .field("stdin", stdin)
+            .field("stop_on", stop_on)
             .field("sweep", sweep)
             .field("params", params)
             .field("life", life)
@@ -186,6 +191,7 @@ impl std::fmt::Debug for NewJob {
             critical_path,
             begin_at,
             stdin,
+            stop_on,
             held_by,
             sweep,
             params,
@@ -212,6 +218,7 @@ impl std::fmt::Debug for NewJob {
             .field("critical_path", critical_path)
             .field("begin_at", begin_at)
             .field("stdin", stdin)
+            .field("stop_on", stop_on)
             .field("held_by", held_by)
             .field("sweep", sweep)
             .field("params", params)
@@ -282,6 +289,7 @@ impl JobRecord {
             colocate,
             begin_at,
             stdin,
+            stop_on,
             sweep,
             params,
             life,
@@ -310,6 +318,7 @@ impl JobRecord {
             colocate: colocate.clone(),
             begin_at: *begin_at,
             stdin: stdin.clone(),
+            stop_on: stop_on.clone(),
             sweep: *sweep,
             params: params.clone(),
             life: life.clone(),
@@ -325,6 +334,10 @@ impl JobRecord {
     pub fn facts(&self) -> baton_core::lifecycle::decide::JobFacts<'_> {
         baton_core::lifecycle::decide::JobFacts {
             cancel_requested_by: self.cancel_requested_by(),
+            stop_reason: match &self.life.status {
+                Status::Running(r) => r.stop_reason.as_deref(),
+                _ => None,
+            },
             time_limit: self.time_limit,
             attempt: self.attempt(),
             retries: self.retries,
@@ -498,6 +511,7 @@ impl NewJob {
             critical_path: 0,
             begin_at: None,
             stdin: None,
+            stop_on: Vec::new(),
             held_by: None,
             sweep: None,
             params: Vec::new(),
@@ -554,6 +568,8 @@ columns!(
         sweep_id,
         sweep_index,
         params,
+        stop_on,
+        stop_reason,
     }
 );
 
@@ -602,6 +618,7 @@ impl Store {
             colocate: Vec::new(),
             begin_at: job.begin_at,
             stdin: job.stdin.clone(),
+            stop_on: job.stop_on.clone(),
             sweep: job.sweep,
             params: job.params.clone(),
             life: submitted_life(job),
@@ -937,6 +954,25 @@ pub fn default_name(job: &NewJob) -> String {
     })
 }
 
+/// `--stop-on` as stored: the detectors' names, comma-separated; `None` for none.
+fn stop_on_text(detectors: &[baton_core::midrun::Detector]) -> Option<String> {
+    (!detectors.is_empty()).then(|| {
+        detectors
+            .iter()
+            .map(|d| d.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    })
+}
+
+/// `--stop-on` read back; a name this baton does not know (a newer one wrote it) is skipped.
+fn stop_on_of(text: Option<&str>) -> Vec<baton_core::midrun::Detector> {
+    text.unwrap_or_default()
+        .split(',')
+        .filter_map(baton_core::midrun::Detector::parse)
+        .collect()
+}
+
 /// Inserts a queued job and its `submitted` event.
 pub(super) fn insert_job(
     tx: &rusqlite::Transaction<'_>,
@@ -946,9 +982,9 @@ pub(super) fn insert_job(
         "INSERT INTO jobs (name, state, command, cwd, env, owner_uid, owner, priority, \
          gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus, umask, \
          notify, session, workflow_id, task, critical_path_ms, cpus, mem, begin_at, stdin, held_by, \
-         reason, sweep_id, sweep_index, params) \
+         reason, sweep_id, sweep_index, params, stop_on) \
          VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]', ?15, ?16, ?17, \
-         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
+         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
     )?
     .execute(params![
         default_name(job),
@@ -980,6 +1016,7 @@ pub(super) fn insert_job(
         job.sweep.as_ref().map(|s| s.id as i64),
         job.sweep.as_ref().map(|s| s.index),
         (!job.params.is_empty()).then(|| json(&job.params)),
+        stop_on_text(&job.stop_on),
     ])?;
     let id = tx.last_insert_rowid() as u64;
     log_event(tx, id, job.submitted_at, "submitted", &job.owner)?;
@@ -1083,6 +1120,7 @@ fn read_row(r: &Row<'_>, c: &JobColumns) -> rusqlite::Result<Result<JobRecord, S
             slurm_state: r.get(c.slurm_state)?,
             not_before: r.get(c.not_before)?,
             held_by: r.get(c.held_by)?,
+            stop_reason: r.get(c.stop_reason)?,
         };
         let life = columns.into_life().map_err(corrupt)?;
         Ok(JobRecord {
@@ -1117,6 +1155,7 @@ fn read_row(r: &Row<'_>, c: &JobColumns) -> rusqlite::Result<Result<JobRecord, S
                 .collect(),
             begin_at: r.get(c.begin_at)?,
             stdin: r.get(c.stdin)?,
+            stop_on: stop_on_of(r.get::<_, Option<String>>(c.stop_on)?.as_deref()),
             sweep: match r.get::<_, Option<i64>>(c.sweep_id)? {
                 Some(sweep) => Some(SweepRun {
                     id: sweep as u64,
@@ -1154,6 +1193,7 @@ struct LifeColumns {
     slurm_state: Option<String>,
     not_before: Option<Millis>,
     held_by: Option<String>,
+    stop_reason: Option<String>,
 }
 
 impl LifeColumns {
@@ -1175,6 +1215,7 @@ impl LifeColumns {
             slurm_state: None,
             not_before: None,
             held_by: None,
+            stop_reason: None,
         };
         let mut slurm = |job: Option<&SlurmJob>| {
             if let Some(job) = job {
@@ -1207,6 +1248,7 @@ impl LifeColumns {
                 c.started_at = Some(r.since);
                 c.reason = r.reason.clone();
                 c.cancel_requested_by = r.cancel_requested_by.clone();
+                c.stop_reason = r.stop_reason.clone();
             }
             Status::Ended(e) => {
                 slurm(e.slurm.as_ref());
@@ -1257,6 +1299,7 @@ impl LifeColumns {
                 on: slurm_job.map_or(Runner::Local, Runner::Slurm),
                 cancel_requested_by: self.cancel_requested_by,
                 reason: self.reason,
+                stop_reason: self.stop_reason,
             }),
             terminal => Status::Ended(Ended {
                 outcome: Outcome::of(terminal).ok_or("an unknown final state")?,
@@ -1285,7 +1328,7 @@ fn write_life(tx: &Transaction<'_>, id: JobId, life: &Life) -> Result<(), StoreE
         "UPDATE jobs SET state = ?1, attempt = ?2, gpus = ?3, started_at = ?4, ended_at = ?5, \
          exit_code = ?6, signal = ?7, reason = ?8, reserved = ?9, lease_until = ?10, \
          cancel_requested_by = ?11, slurm_id = ?12, slurm_submitting_at = ?13, slurm_nodes = ?14, \
-         slurm_state = ?15, not_before = ?16, held_by = ?17 WHERE id = ?18",
+         slurm_state = ?15, not_before = ?16, held_by = ?17, stop_reason = ?18 WHERE id = ?19",
     )?
     .execute(params![
         c.state.as_str(),
@@ -1305,6 +1348,7 @@ fn write_life(tx: &Transaction<'_>, id: JobId, life: &Life) -> Result<(), StoreE
         c.slurm_state,
         c.not_before,
         c.held_by,
+        c.stop_reason,
         id.0 as i64,
     ])?;
     Ok(())

@@ -199,6 +199,7 @@ mod tests {
             critical_path: 0,
             begin_at: Some(5_000),
             stdin: Some("/tmp/input.txt".into()),
+            stop_on: vec![baton_core::midrun::Detector::Nan],
             held_by: None,
             sweep: None,
             params: Vec::new(),

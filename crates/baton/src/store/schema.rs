@@ -190,7 +190,8 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE deliveries ADD COLUMN sweep_id INTEGER;
     ALTER TABLE deliveries ADD COLUMN kind TEXT NOT NULL DEFAULT 'end';",
     // 15: mid-run alerts (issue 17): what a running job's output showed, at most once per
-    // detector and attempt (the unique index), delivered like reports (`deliveries.alert_id`).
+    // detector and attempt (the unique index), delivered like reports (`deliveries.alert_id`);
+    // the detectors that stop a job (`--stop-on`), and why baton stopped one.
     "CREATE TABLE alerts (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         job_id INTEGER NOT NULL REFERENCES jobs (id),
@@ -203,7 +204,9 @@ const MIGRATIONS: &[&str] = &[
         message TEXT NOT NULL
     );
     CREATE UNIQUE INDEX alerts_once ON alerts (job_id, attempt, detector);
-    ALTER TABLE deliveries ADD COLUMN alert_id INTEGER;",
+    ALTER TABLE deliveries ADD COLUMN alert_id INTEGER;
+    ALTER TABLE jobs ADD COLUMN stop_on TEXT;
+    ALTER TABLE jobs ADD COLUMN stop_reason TEXT;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

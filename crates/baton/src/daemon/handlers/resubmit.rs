@@ -119,6 +119,7 @@ fn submission_of(job: &JobRecord, req: ResubmitRequest) -> SubmitRequest {
         context: req.context,
         // The same input; not its hold or its begin time, which were about the first run.
         stdin: job.stdin.clone(),
+        stop_on: job.stop_on.iter().map(|d| d.as_str().to_string()).collect(),
         ..SubmitRequest::default()
     }
 }

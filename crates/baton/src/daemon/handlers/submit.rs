@@ -314,6 +314,7 @@ pub(super) fn validate(
             Err(e) => return bad(format!("--stdin {path}: {e}")),
         }
     }
+    let stop_on = stop_on(&req.stop_on)?;
     let owner = users::name_of(peer.uid);
     let (env, notify) =
         env_and_channels(daemon, peer, req.env, &req.notify, &req.context, &req.cwd)?;
@@ -321,6 +322,7 @@ pub(super) fn validate(
     Ok(NewJob {
         begin_at: req.begin_at_ms,
         stdin: req.stdin,
+        stop_on,
         held_by: req.hold.then(|| owner.clone()),
         sweep: None,
         params: Vec::new(),
@@ -398,4 +400,23 @@ pub(super) fn env_and_channels(
     let channels = notify::resolve(specs, context, &inbox, cwd)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok((env, channels))
+}
+
+/// `--stop-on`: names of mid-run detectors, each known (400 naming those that exist).
+pub(crate) fn stop_on(names: &[String]) -> Result<Vec<baton_core::midrun::Detector>, ApiError> {
+    use baton_core::midrun::Detector;
+    let mut out = Vec::new();
+    for name in names {
+        let Some(d) = Detector::parse(name.trim()) else {
+            let known: Vec<&str> = Detector::ALL.iter().map(|d| d.as_str()).collect();
+            return Err(ApiError::BadRequest(format!(
+                "--stop-on {name:?}: no such detector (there are: {})",
+                known.join(", ")
+            )));
+        };
+        if !out.contains(&d) {
+            out.push(d);
+        }
+    }
+    Ok(out)
 }

@@ -140,6 +140,7 @@ pub async fn submit(
                     critical_path: path.remaining_ms[t],
                     begin_at: None,
                     stdin: None,
+                    stop_on: Vec::new(),
                     held_by: None,
                     sweep: None,
                     params: task.params.clone(),
