@@ -31,8 +31,6 @@ use crate::store::AlertRecord;
 /// A job that printed more than this before it was followed (a daemon restarted under a long
 /// run) is scanned from its last this many bytes per stream.
 const RESUME_TAIL: u64 = 8 << 20;
-/// The most bytes read from one stream per wake-up; the rest waits for the next round.
-const READ_ROUND: usize = 4 << 20;
 
 /// Where an alert's message is stored (`BATON_REPORT` for a `cmd:` channel): one file per
 /// attempt and detector, as there is one alert.
@@ -58,7 +56,8 @@ struct Followed {
 }
 
 impl Followed {
-    /// Reads what was appended to each stream since the last look.
+    /// Reads what was appended to each stream since the last look, to its end: whatever is
+    /// written meanwhile is another inotify event, so it is read at the next turn.
     fn read_new(&mut self, buf: &mut [u8]) {
         for stream in [Stream::Stdout, Stream::Stderr] {
             let i = stream.index();
@@ -79,14 +78,10 @@ impl Followed {
             let Some(file) = self.streams[i].as_mut() else {
                 continue;
             };
-            let mut read = 0;
-            while read < READ_ROUND {
+            loop {
                 match file.read(buf) {
                     Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        self.scanner.feed(stream, &buf[..n]);
-                        read += n;
-                    }
+                    Ok(n) => self.scanner.feed(stream, &buf[..n]),
                 }
             }
         }
@@ -116,10 +111,15 @@ impl Daemon {
         let mut changed = self.changed.subscribe();
         let mut buf = vec![0u8; 64 << 10];
         let mut events = vec![MaybeUninit::<u8>::uninit(); 16 << 10];
+        // Which jobs run changes only with the job table: looked at again only then.
+        let mut table_changed = true;
         loop {
-            changed.borrow_and_update();
-            let fresh = self.reconcile(fd.get_ref(), &mut followed);
-            let mut dirty: Vec<JobId> = fresh;
+            let mut dirty: Vec<JobId> = Vec::new();
+            if table_changed {
+                changed.borrow_and_update();
+                dirty = self.reconcile(fd.get_ref(), &mut followed);
+                table_changed = false;
+            }
             let next = followed
                 .values()
                 .filter_map(|f| f.watch.next_check(&f.policy))
@@ -134,7 +134,7 @@ impl Daemon {
                 }
             };
             tokio::select! {
-                _ = changed.changed() => {}
+                _ = changed.changed() => table_changed = true,
                 ready = fd.readable() => {
                     let Ok(mut guard) = ready else { return };
                     let by_wd: HashMap<i32, JobId> =
