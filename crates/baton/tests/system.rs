@@ -856,3 +856,39 @@ fn another_users_sweep_can_be_neither_seen_nor_cancelled() {
         .json();
     assert_eq!(view["counts"]["cancelled"], 3, "{view:#}");
 }
+
+#[test]
+fn another_users_mid_run_alerts_are_not_shown() {
+    let Some(Shared { b, alice, bob }) = shared_daemon("m", "") else {
+        return;
+    };
+    let a = submit_as(
+        &b,
+        &alice,
+        &format!("echo 'loss=nan s3cr3t'; {}", wait_for_file("go.m")),
+    );
+    let id = a.to_string();
+    let until = std::time::Instant::now() + common::DEADLINE;
+    let alerts = loop {
+        let job = as_user(&b, &alice, &["status", &id, "--json"])
+            .expect(0)
+            .json();
+        if let Some(alerts) = job[0]["alerts"].as_array().filter(|a| !a.is_empty()) {
+            break alerts.clone();
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "no alert: {job:#}\n{}",
+            b.daemon_log()
+        );
+        std::thread::sleep(common::POLL);
+    };
+    assert_eq!(alerts[0]["evidence"], "loss=nan s3cr3t", "{alerts:#?}");
+    let seen = as_user(&b, &bob, &["status", &id, "--json"]).expect(0);
+    assert!(!seen.stdout.contains("s3cr3t"), "{seen:?}");
+    assert!(seen.json()[0].get("alerts").is_none(), "{seen:?}");
+    let seen = as_user(&b, &bob, &["status", &id]).expect(0);
+    assert!(!seen.stdout.contains("s3cr3t"), "{seen:?}");
+    b.touch("go.m");
+    b.wait_ok(&[a]);
+}

@@ -231,10 +231,17 @@ impl Daemon {
         match change {
             Change::End { .. } => {
                 if let Some(job) = job {
+                    // Only a job that ran long enough was followed (`midrun::FOLLOW_AFTER_MS`).
+                    if job.ran_at_least(super::midrun::FOLLOW_AFTER_MS) {
+                        self.follow(job.id);
+                    }
                     self.ended(inner, &job);
                 }
             }
-            Change::Retry { .. } => self.requeued_for_retry(),
+            Change::Retry { id, .. } => {
+                self.follow(id);
+                self.requeued_for_retry();
+            }
             Change::WorkflowEnd { .. } | Change::SweepEnd { .. } | Change::Delivery { .. } => {
                 self.outbox_wake.notify_one()
             }

@@ -1,14 +1,15 @@
 //! Following running jobs' output for mid-run alerts (issue 17). One task for the daemon: one
-//! inotify watch on each running job's directory, so a write to its `stdout` or `stderr` wakes
-//! the task, which reads what was appended (never the file again) into the job's
-//! `OutputScanner`; `baton_core::midrun::Watch` decides what that makes an alert. An alert is
+//! inotify watch on each running job's directory, from a second after the job started (told by
+//! `Daemon::follow`; a job that ends sooner is never followed), so a write to its `stdout` or
+//! `stderr` wakes the task, which reads what was appended (never the file again) into the
+//! job's `OutputScanner`; `baton_core::midrun::Watch` decides what that makes an alert. An alert is
 //! committed with its deliveries before anything is sent (the outbox sends it, once), and a
 //! restarted daemon resumes each attempt's watch from the alerts stored, so none is repeated.
 //!
 //! Jobs run by this machine's supervisors only: a Slurm job's output lands on a shared file
 //! system, where inotify does not see writes made on other nodes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::mem::MaybeUninit;
@@ -28,6 +29,10 @@ use super::{Daemon, now_ms};
 use crate::executor::JobFiles;
 use crate::store::AlertRecord;
 
+/// A job is followed from this long after its start (reading what it printed meanwhile): one
+/// that ends sooner is told of by its end report alone, and costs the follower nothing.
+pub(crate) const FOLLOW_AFTER_MS: Millis = 1000;
+
 /// A job that printed more than this before it was followed (a daemon restarted under a long
 /// run) is scanned from its last this many bytes per stream.
 const RESUME_TAIL: u64 = 8 << 20;
@@ -38,6 +43,11 @@ pub(crate) fn alert_path(files: &JobFiles, attempt: u32, detector: midrun::Detec
     files
         .dir
         .join(format!("alert-{attempt}.{}.md", detector.as_str()))
+}
+
+/// Whether an inotify event is about the job's output (not its supervisor's record, say).
+fn is_output(name: Option<&std::ffi::CStr>) -> bool {
+    name.is_some_and(|n| matches!(n.to_bytes(), b"stdout" | b"stderr"))
 }
 
 /// One attempt being followed.
@@ -107,22 +117,52 @@ impl Daemon {
                 return;
             }
         };
+        let Some(mut looks) = self.follow_rx.lock().ok().and_then(|mut rx| rx.take()) else {
+            return;
+        };
         let mut followed: HashMap<JobId, Followed> = HashMap::new();
-        let mut changed = self.changed.subscribe();
+        // Jobs that started, by when they are to be followed (`FOLLOW_AFTER_MS`).
+        let mut due: BTreeMap<(Millis, JobId), ()> = BTreeMap::new();
         let mut buf = vec![0u8; 64 << 10];
         let mut events = vec![MaybeUninit::<u8>::uninit(); 16 << 10];
-        // Which jobs run changes only with the job table: looked at again only then.
-        let mut table_changed = true;
+        // At first every running job (recovered after a restart); then each job the daemon
+        // says started or stopped running (`Daemon::follow`).
+        let mut dirty: Vec<JobId> = Vec::new();
+        let mut to_look: Vec<JobId> = self.running_jobs();
         loop {
-            let mut dirty: Vec<JobId> = Vec::new();
-            if table_changed {
-                changed.borrow_and_update();
-                dirty = self.reconcile(fd.get_ref(), &mut followed);
-                table_changed = false;
+            let now = now_ms();
+            while let Some((&(at, id), ())) = due.first_key_value() {
+                if at > now {
+                    break;
+                }
+                due.remove(&(at, id));
+                to_look.push(id);
+            }
+            if !to_look.is_empty() {
+                let started = self.look_at(fd.get_ref(), &mut followed, &to_look, now);
+                for (id, at) in started {
+                    due.insert((at, id), ());
+                }
+                // Just followed: what it printed so far is read at once.
+                dirty.append(&mut to_look);
+            }
+            dirty.sort_unstable();
+            dirty.dedup();
+            let now = now_ms();
+            for id in dirty.drain(..) {
+                let Some(f) = followed.get_mut(&id) else {
+                    continue;
+                };
+                f.read_new(&mut buf);
+                let alerts = f.watch.check(&f.scanner.so_far(), now, &f.policy);
+                for alert in alerts {
+                    self.raise_alert(id, f, alert, now);
+                }
             }
             let next = followed
                 .values()
                 .filter_map(|f| f.watch.next_check(&f.policy))
+                .chain(due.keys().next().map(|(at, _)| *at))
                 .min();
             let sleep = async {
                 match next {
@@ -134,7 +174,13 @@ impl Daemon {
                 }
             };
             tokio::select! {
-                _ = changed.changed() => table_changed = true,
+                look = looks.recv() => {
+                    let Some(id) = look else { return };
+                    to_look.push(id);
+                    while let Ok(id) = looks.try_recv() {
+                        to_look.push(id);
+                    }
+                }
                 ready = fd.readable() => {
                     let Ok(mut guard) = ready else { return };
                     let by_wd: HashMap<i32, JobId> =
@@ -145,7 +191,9 @@ impl Daemon {
                             Ok(event) => {
                                 if event.events().contains(ReadFlags::QUEUE_OVERFLOW) {
                                     dirty.extend(followed.keys().copied());
-                                } else if let Some(id) = by_wd.get(&event.wd()) {
+                                } else if is_output(event.file_name())
+                                    && let Some(id) = by_wd.get(&event.wd())
+                                {
                                     dirty.push(*id);
                                 }
                             }
@@ -162,62 +210,66 @@ impl Daemon {
                         }
                     }
                 }
+                // An error's grace period, or a job's time to be followed, came.
                 _ = sleep => dirty.extend(followed.keys().copied()),
-            }
-            dirty.sort_unstable();
-            dirty.dedup();
-            let now = now_ms();
-            for id in dirty {
-                let Some(f) = followed.get_mut(&id) else {
-                    continue;
-                };
-                f.read_new(&mut buf);
-                let alerts = f.watch.check(&f.scanner.so_far(), now, &f.policy);
-                for alert in alerts {
-                    self.raise_alert(id, f, alert, now);
-                }
             }
         }
     }
 
-    /// Starts following the jobs that run now and stops following those that do not; returns
-    /// the ones just started, to be read at once (they may have printed already).
-    fn reconcile(&self, fd: &OwnedFd, followed: &mut HashMap<JobId, Followed>) -> Vec<JobId> {
-        type Run = (JobId, u32, Millis, String, Vec<midrun::Detector>);
-        let running: Vec<Run> = {
-            let inner = self.lock();
-            inner
-                .jobs
-                .active()
-                .filter(|j| j.state() == JobState::Running)
-                .map(|j| {
-                    let started = j.started_at().unwrap_or_else(now_ms);
-                    (
-                        j.id,
-                        j.attempt(),
-                        started,
-                        j.name.clone(),
-                        j.stop_on.clone(),
-                    )
-                })
-                .collect()
-        };
-        followed.retain(|id, f| {
-            let keep = running
-                .iter()
-                .any(|(r, attempt, ..)| r == id && *attempt == f.attempt);
-            if !keep {
+    /// The jobs running now.
+    fn running_jobs(&self) -> Vec<JobId> {
+        let inner = self.lock();
+        inner
+            .jobs
+            .active()
+            .filter(|j| j.state() == JobState::Running)
+            .map(|j| j.id)
+            .collect()
+    }
+
+    /// Follows each of `ids` that runs now (its current attempt) and has run for
+    /// `FOLLOW_AFTER_MS`, and stops following those that do not run; returns those that run
+    /// but not yet for that long, with when they are to be followed.
+    fn look_at(
+        &self,
+        fd: &OwnedFd,
+        followed: &mut HashMap<JobId, Followed>,
+        ids: &[JobId],
+        now: Millis,
+    ) -> Vec<(JobId, Millis)> {
+        let mut later = Vec::new();
+        for &id in ids {
+            let running = {
+                let inner = self.lock();
+                inner
+                    .jobs
+                    .get(id)
+                    .filter(|j| j.state() == JobState::Running)
+                    .map(|j| {
+                        let started = j.started_at().unwrap_or_else(now_ms);
+                        (j.attempt(), started, j.name.clone(), j.stop_on.clone())
+                    })
+            };
+            let same = match (&running, followed.get(&id)) {
+                (Some((attempt, ..)), Some(f)) => f.attempt == *attempt,
+                _ => false,
+            };
+            if same {
+                continue;
+            }
+            if let Some(f) = followed.remove(&id) {
                 let _ = inotify::remove_watch(fd, f.wd);
             }
-            keep
-        });
-        let mut fresh = Vec::new();
-        for (id, attempt, started_at, name, stop_on) in running {
-            if followed.contains_key(&id) {
+            let Some((attempt, started_at, name, stop_on)) = running else {
+                continue;
+            };
+            if started_at + FOLLOW_AFTER_MS > now {
+                later.push((id, started_at + FOLLOW_AFTER_MS));
                 continue;
             }
             let files = self.files(id);
-            let flags = WatchFlags::MODIFY | WatchFlags::CREATE;
+            // A write to `stdout` or `stderr` (they exist: the job has run for a second).
+            let flags = WatchFlags::MODIFY;
             // Its launch may not have made the directory yet; it makes it the same way.
             let watched = std::fs::create_dir_all(&files.dir)
                 .and_then(|()| Ok(inotify::add_watch(fd, &files.dir, flags)?));
@@ -254,9 +306,8 @@ impl Daemon {
                     policy: self.config.midrun.with_stop_on(&stop_on),
                 },
             );
-            fresh.push(id);
         }
-        fresh
+        later
     }
 
     /// Commits one alert with its deliveries (none for a note, or where the job has no channel

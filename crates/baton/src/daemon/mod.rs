@@ -122,6 +122,9 @@ pub struct Daemon {
     /// Jobs that just ended, for the report builder.
     ended: UnboundedSender<JobRecord>,
     ended_rx: Mutex<Option<UnboundedReceiver<JobRecord>>>,
+    /// Jobs that started or stopped running, for the mid-run follower to look at (`midrun`).
+    follow_tx: UnboundedSender<JobId>,
+    follow_rx: Mutex<Option<UnboundedReceiver<JobId>>>,
     /// Wakes the outbox: a report is ready, or a delivery finished.
     outbox_wake: Notify,
     /// Wakes the loop that commits again what the store refused (`durable`).
@@ -234,6 +237,7 @@ impl Daemon {
             .collect::<Vec<Gpu>>();
         let machine = baton_core::placement::Occupancy::with_hosts(&gpus, &[config.host.capacity]);
         let (ended, ended_rx) = unbounded_channel();
+        let (follow_tx, follow_rx) = unbounded_channel();
         let monitor_state = monitor::MonitorState::new(config.waste.clone());
         let uid = rustix::process::geteuid().as_raw();
         let tag = tag_for(&config.home, uid);
@@ -262,6 +266,8 @@ impl Daemon {
             stop_requested: Notify::new(),
             ended,
             ended_rx: Mutex::new(Some(ended_rx)),
+            follow_tx,
+            follow_rx: Mutex::new(Some(follow_rx)),
             outbox_wake: Notify::new(),
             durable_wake: Notify::new(),
             tasks: tasks::Tasks::new(),
@@ -551,8 +557,14 @@ impl Daemon {
         self.wake();
     }
 
+    /// Asks the mid-run follower to look at a job that started or stopped running.
+    pub(crate) fn follow(&self, id: JobId) {
+        let _ = self.follow_tx.send(id);
+    }
+
     /// A task started: its workflow, if it was still queued, is running.
     pub(crate) fn workflow_task_started(&self, inner: &mut Inner, job: &JobRecord) {
+        self.follow(job.id);
         if let Some(w) = job.workflow_id
             && let Err(e) = inner.jobs.workflow_started(w)
         {

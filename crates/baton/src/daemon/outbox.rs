@@ -149,8 +149,8 @@ impl Daemon {
                 // The local monitor samples only this machine's GPUs, and only if it has any.
                 let sample_interval = (self.places_here() && !self.gpu_info.is_empty())
                     .then_some(self.config.waste.sample_interval);
-                // Only a job that ran can have raised any.
-                let alerts = if job.started_at().is_some() {
+                // Only a job that ran long enough to be followed can have raised any.
+                let alerts = if job.ran_at_least(super::midrun::FOLLOW_AFTER_MS) {
                     self.lock().jobs.store().alerts(id).unwrap_or_else(|e| {
                         tracing::warn!(job = id.0, "no mid-run alerts for the report: {e}");
                         Vec::new()

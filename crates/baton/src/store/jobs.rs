@@ -344,6 +344,15 @@ impl JobRecord {
         }
     }
 
+    /// Whether its last attempt ran for at least `ms` (ended, or still running at `now_ms`).
+    pub fn ran_at_least(&self, ms: Millis) -> bool {
+        match (self.started_at(), self.ended_at()) {
+            (Some(start), Some(end)) => end - start >= ms,
+            (Some(start), None) => crate::clock::now_ms() - start >= ms,
+            _ => false,
+        }
+    }
+
     /// Its status and attempts (to read; only the store makes a new one).
     pub fn life(&self) -> &Life {
         &self.life
