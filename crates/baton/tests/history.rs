@@ -9,15 +9,6 @@ use std::time::Instant;
 use common::{Baton, DEADLINE, POLL, run_cmd, wait_for_file};
 use serde_json::Value;
 
-/// A daemon on `gpus` simulated GPUs with `config` as its config.toml.
-fn with_config(gpus: u32, config: &str) -> Baton {
-    let mut b = Baton::unstarted();
-    std::fs::create_dir_all(&b.home).unwrap();
-    std::fs::write(b.home.join("config.toml"), config).unwrap();
-    b.serve_with(&["serve", "--sim-gpus", &gpus.to_string(), "--grace", "1s"]);
-    b
-}
-
 /// The ids of a JSON listing, in its order.
 fn ids(listing: &Value) -> Vec<u64> {
     listing
@@ -136,7 +127,7 @@ fn every_status_filter_selects_its_jobs() {
 
 #[test]
 fn the_default_view_is_bounded_and_says_how_many_more_ended() {
-    let b = with_config(1, "[daemon]\nrecent_shown = 2\n");
+    let b = Baton::with_config(1, "[daemon]\nrecent_shown = 2\n");
     // One after another, so that the last two to end are the last two submitted.
     let ended: Vec<u64> = (0..5)
         .map(|_| {
@@ -205,7 +196,7 @@ fn listings_are_paged_and_the_cli_follows_every_page() {
 
 #[test]
 fn history_has_a_row_per_job_with_its_wait_run_and_gpu_use() {
-    let b = with_config(1, "[waste]\nsample_interval = \"1s\"\n");
+    let b = Baton::with_config(1, "[waste]\nsample_interval = \"1s\"\n");
     let used = b.submit_sh(
         &["--gpus", "1", "--name", "train,v2"],
         "d=\"$BATON_HOME/sim/gpu$CUDA_VISIBLE_DEVICES\"; mkdir -p \"$d\"; \
@@ -287,7 +278,7 @@ fn eventually(what: &str, done: impl Fn() -> bool) {
 
 #[test]
 fn retention_removes_old_jobs_and_outputs_but_not_what_active_jobs_need() {
-    let b = with_config(1, "[retention]\njobs = \"3s\"\noutputs = \"1s\"\n");
+    let b = Baton::with_config(1, "[retention]\njobs = \"3s\"\noutputs = \"1s\"\n");
     let needed = b.submit(&["--", "sh", "-c", "echo kept-for-its-dependent"]);
     let plain = b.submit(&["--", "sh", "-c", "echo old-output"]);
     b.wait_ok(&[needed, plain]);

@@ -11,16 +11,6 @@ use std::path::Path;
 use common::{Baton, wait_contains};
 use serde_json::Value;
 
-/// A daemon on `gpus` simulated GPUs with `config` as its config.toml.
-fn with_config(gpus: u32, config: &str) -> Baton {
-    let mut b = Baton::unstarted();
-    std::fs::create_dir_all(&b.home).unwrap();
-    std::fs::write(b.home.join("config.toml"), config).unwrap();
-    let gpus = gpus.to_string();
-    b.serve_with(&["serve", "--sim-gpus", &gpus, "--grace", "1s"]);
-    b
-}
-
 fn alert_end(job: u64) -> String {
     format!("[end of baton alert for job {job}]")
 }
@@ -112,7 +102,7 @@ fn a_nan_loss_wakes_the_submitter_once_while_the_job_runs() {
 
 #[test]
 fn an_error_the_process_outlives_wakes_after_the_grace_and_one_it_dies_of_does_not() {
-    let b = with_config(2, "[midrun]\nerror_grace = \"1s\"\nnan = \"note\"\n");
+    let b = Baton::with_config(2, "[midrun]\nerror_grace = \"1s\"\nnan = \"note\"\n");
     let (channel, path) = inbox(&b);
     let traceback = "printf 'Traceback (most recent call last):\\n  File \"w.py\", line 3, in <module>\\n    work()\\nRuntimeError: DataLoader worker (pid 7) is killed\\n' >&2";
     let dies = b.submit_sh(&["--notify", &channel], &format!("{traceback}; exit 1"));
@@ -148,7 +138,7 @@ fn an_error_the_process_outlives_wakes_after_the_grace_and_one_it_dies_of_does_n
 
 #[test]
 fn a_restart_neither_repeats_nor_loses_an_alert() {
-    let mut b = with_config(2, "[midrun]\nerror_grace = \"1s\"\n");
+    let mut b = Baton::with_config(2, "[midrun]\nerror_grace = \"1s\"\n");
     let (channel, path) = inbox(&b);
     let id = b.submit_sh(
         &["--notify", &channel],

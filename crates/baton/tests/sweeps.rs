@@ -253,16 +253,6 @@ fn matrix_tasks_get_their_parameters_and_the_aggregate_step_reads_them() {
     assert_eq!(first.trim(), "val_acc=0.91 lr=1e-4");
 }
 
-/// A daemon on `gpus` simulated GPUs with `config` as its config.toml.
-fn with_config(gpus: u32, config: &str) -> Baton {
-    let mut b = Baton::unstarted();
-    std::fs::create_dir_all(&b.home).unwrap();
-    std::fs::write(b.home.join("config.toml"), config).unwrap();
-    let gpus = gpus.to_string();
-    b.serve_with(&["serve", "--sim-gpus", &gpus, "--grace", "1s"]);
-    b
-}
-
 #[track_caller]
 fn nothing_queued(b: &Baton) {
     let listed = b.run(&["status", "--all", "--json"]).expect(0).json();
@@ -444,7 +434,7 @@ fn grid_and_file_runs_see_their_parameters() {
 
 #[test]
 fn refusals_queue_nothing() {
-    let b = with_config(1, "[sweeps]\nmax_runs = 5\n");
+    let b = Baton::with_config(1, "[sweeps]\nmax_runs = 5\n");
     let refused = |args: &[&str], needle: &str| {
         let out = b.run(args);
         assert_eq!(out.code, 2, "{args:?}: {out:?}");
@@ -699,7 +689,7 @@ fn the_early_alert_comes_while_the_other_runs_go_on() {
 
 #[test]
 fn on_failure_stop_cancels_the_rest_after_exactly_the_early_failures_and_says_why() {
-    let b = with_config(1, "[sweeps]\nearly_failures = 3\n");
+    let b = Baton::with_config(1, "[sweeps]\nearly_failures = 3\n");
     // Every run fails the same way; runs 3 and later only once released, which never comes.
     let script = format!(
         "if [ {{index}} -ge 3 ]; then {}; fi; echo 'RuntimeError: CUDA out of memory' >&2; exit 1",

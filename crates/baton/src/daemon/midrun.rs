@@ -50,6 +50,26 @@ fn is_output(name: Option<&std::ffi::CStr>) -> bool {
     name.is_some_and(|n| matches!(n.to_bytes(), b"stdout" | b"stderr"))
 }
 
+/// The attempts followed, by job and by the inotify watch on its directory.
+#[derive(Default)]
+struct Following {
+    jobs: HashMap<JobId, Followed>,
+    by_wd: HashMap<i32, JobId>,
+}
+
+impl Following {
+    fn insert(&mut self, id: JobId, followed: Followed) {
+        self.by_wd.insert(followed.wd, id);
+        self.jobs.insert(id, followed);
+    }
+
+    fn remove(&mut self, id: JobId) -> Option<Followed> {
+        let followed = self.jobs.remove(&id)?;
+        self.by_wd.remove(&followed.wd);
+        Some(followed)
+    }
+}
+
 /// One attempt being followed.
 struct Followed {
     attempt: u32,
@@ -120,7 +140,7 @@ impl Daemon {
         let Some(mut looks) = self.follow_rx.lock().ok().and_then(|mut rx| rx.take()) else {
             return;
         };
-        let mut followed: HashMap<JobId, Followed> = HashMap::new();
+        let mut followed = Following::default();
         // Jobs that started, by when they are to be followed (`FOLLOW_AFTER_MS`).
         let mut due: BTreeMap<(Millis, JobId), ()> = BTreeMap::new();
         let mut buf = vec![0u8; 64 << 10];
@@ -150,7 +170,7 @@ impl Daemon {
             dirty.dedup();
             let now = now_ms();
             for id in dirty.drain(..) {
-                let Some(f) = followed.get_mut(&id) else {
+                let Some(f) = followed.jobs.get_mut(&id) else {
                     continue;
                 };
                 f.read_new(&mut buf);
@@ -160,6 +180,7 @@ impl Daemon {
                 }
             }
             let next = followed
+                .jobs
                 .values()
                 .filter_map(|f| f.watch.next_check(&f.policy))
                 .chain(due.keys().next().map(|(at, _)| *at))
@@ -183,16 +204,14 @@ impl Daemon {
                 }
                 ready = fd.readable() => {
                     let Ok(mut guard) = ready else { return };
-                    let by_wd: HashMap<i32, JobId> =
-                        followed.iter().map(|(id, f)| (f.wd, *id)).collect();
                     let mut reader = inotify::Reader::new(fd.get_ref(), &mut events);
                     loop {
                         match reader.next() {
                             Ok(event) => {
                                 if event.events().contains(ReadFlags::QUEUE_OVERFLOW) {
-                                    dirty.extend(followed.keys().copied());
+                                    dirty.extend(followed.jobs.keys().copied());
                                 } else if is_output(event.file_name())
-                                    && let Some(id) = by_wd.get(&event.wd())
+                                    && let Some(id) = followed.by_wd.get(&event.wd())
                                 {
                                     dirty.push(*id);
                                 }
@@ -211,7 +230,7 @@ impl Daemon {
                     }
                 }
                 // An error's grace period, or a job's time to be followed, came.
-                _ = sleep => dirty.extend(followed.keys().copied()),
+                _ = sleep => dirty.extend(followed.jobs.keys().copied()),
             }
         }
     }
@@ -233,7 +252,7 @@ impl Daemon {
     fn look_at(
         &self,
         fd: &OwnedFd,
-        followed: &mut HashMap<JobId, Followed>,
+        followed: &mut Following,
         ids: &[JobId],
         now: Millis,
     ) -> Vec<(JobId, Millis)> {
@@ -250,14 +269,14 @@ impl Daemon {
                         (j.attempt(), started, j.name.clone(), j.stop_on.clone())
                     })
             };
-            let same = match (&running, followed.get(&id)) {
+            let same = match (&running, followed.jobs.get(&id)) {
                 (Some((attempt, ..)), Some(f)) => f.attempt == *attempt,
                 _ => false,
             };
             if same {
                 continue;
             }
-            if let Some(f) = followed.remove(&id) {
+            if let Some(f) = followed.remove(id) {
                 let _ = inotify::remove_watch(fd, f.wd);
             }
             let Some((attempt, started_at, name, stop_on)) = running else {
@@ -341,18 +360,12 @@ impl Daemon {
         if let Err(e) = crate::report::write_whole(&path, message.as_bytes()) {
             tracing::warn!(job = id.0, "cannot store {}: {e}", path.display());
         }
-        let store = inner.jobs.store_mut();
-        match store.add_alert(id, f.attempt, &alert, now, &message, &channels) {
+        let added = inner
+            .jobs
+            .store_mut()
+            .add_alert(id, f.attempt, &alert, now, &message, &channels);
+        match added {
             Ok(Some(_)) => {
-                let detail = format!(
-                    "{} ({}): {}",
-                    alert.detector.as_str(),
-                    alert.action.as_str(),
-                    alert.evidence
-                );
-                if let Err(e) = store.add_event(id, "alert", &detail, now) {
-                    tracing::warn!(job = id.0, "cannot record the alert event: {e}");
-                }
                 tracing::info!(
                     job = id.0,
                     detector = alert.detector.as_str(),

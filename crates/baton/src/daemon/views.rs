@@ -95,3 +95,37 @@ pub fn job_view(job: &JobRecord) -> JobView {
         alerts: Vec::new(),
     }
 }
+
+/// A job's mid-run alerts with their deliveries' states (`JobView::alerts`).
+pub fn alert_views(
+    store: &crate::store::Store,
+    files: &crate::executor::JobFiles,
+    id: baton_core::JobId,
+) -> Result<Vec<crate::api::AlertView>, crate::store::StoreError> {
+    let alerts = store.alerts(id)?;
+    if alerts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let deliveries = store.deliveries(id)?;
+    Ok(alerts
+        .iter()
+        .map(|a| crate::api::AlertView {
+            attempt: a.attempt,
+            detector: a.detector.as_str().to_string(),
+            action: a.action.as_str().to_string(),
+            seen_at: rfc3339(a.seen_at),
+            evidence: a.evidence.clone(),
+            path: super::midrun::alert_path(files, a.attempt, a.detector)
+                .display()
+                .to_string(),
+            deliveries: deliveries
+                .iter()
+                .filter(|d| d.subject == crate::store::Subject::JobAlert(a.id))
+                .map(|d| crate::api::AlertDelivery {
+                    channel: d.channel.public_spec(),
+                    state: d.state,
+                })
+                .collect(),
+        })
+        .collect())
+}

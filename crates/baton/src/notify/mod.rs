@@ -205,9 +205,7 @@ impl Message {
             end,
         }
     }
-}
 
-impl Message {
     /// A sweep's comparison report once its last run ended, or (`alert`) its early alert
     /// while runs remain, sent through the sweep's channels. `anchor` is the run whose end (or
     /// report) brought it.

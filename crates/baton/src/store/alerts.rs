@@ -8,6 +8,7 @@ use baton_core::{JobId, Millis};
 use rusqlite::params;
 
 use super::deliveries::{Subject, insert_deliveries};
+use super::events::log_event;
 use super::{Store, StoreError};
 use crate::notify::Channel;
 
@@ -44,8 +45,9 @@ columns!(
 );
 
 impl Store {
-    /// Records an alert of attempt `attempt` and, when it wakes, its deliveries through
-    /// `channels`, in one commit. `None` when this attempt raised this detector already.
+    /// Records an alert of attempt `attempt`, its `alert` event and, when it wakes, its
+    /// deliveries through `channels`, in one commit. `None` when this attempt raised this
+    /// detector already.
     pub fn add_alert(
         &mut self,
         job: JobId,
@@ -75,6 +77,13 @@ impl Store {
             return Ok(None);
         }
         let id = tx.last_insert_rowid();
+        let detail = format!(
+            "{} ({}): {}",
+            alert.detector.as_str(),
+            alert.action.as_str(),
+            alert.evidence
+        );
+        log_event(&tx, job.0, at, "alert", &detail)?;
         if alert.action == Action::Wake {
             insert_deliveries(&tx, job, Subject::JobAlert(id), channels, at)?;
         }

@@ -103,6 +103,16 @@ impl Baton {
         b
     }
 
+    /// A daemon on `gpus` simulated GPUs and a 1 s cancel grace, with `config` as its
+    /// config.toml.
+    pub fn with_config(gpus: u32, config: &str) -> Baton {
+        let mut b = Baton::unstarted();
+        std::fs::create_dir_all(&b.home).unwrap();
+        std::fs::write(b.home.join("config.toml"), config).unwrap();
+        b.serve_with(&["serve", "--sim-gpus", &gpus.to_string(), "--grace", "1s"]);
+        b
+    }
+
     /// The directories, but no daemon yet.
     pub fn unstarted() -> Baton {
         Baton::unstarted_in(&std::env::temp_dir())

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use baton_core::{JobId, JobState};
 
 use crate::api::{JobView, ListQuery, MORE_HEADER, NEXT_HEADER, PAGE_MAX};
-use crate::daemon::views::{job_view_for, rfc3339, shown_view};
+use crate::daemon::views::{alert_views, job_view_for, rfc3339, shown_view};
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
 use crate::history::Filter;
 use crate::store::JobRecord;
@@ -223,7 +223,7 @@ impl Daemon {
                 Some(job) => {
                     let mut view = shown_view(&inner.jobs, peer, &job);
                     if peer.may_act_on(&job) {
-                        view.alerts = self.alert_views(inner.jobs.store(), *id)?;
+                        view.alerts = alert_views(inner.jobs.store(), &self.files(*id), *id)?;
                     }
                     out.push(view);
                 }
@@ -238,43 +238,6 @@ impl Daemon {
             }
         }
         Ok(out)
-    }
-}
-
-impl Daemon {
-    /// A job's mid-run alerts with their deliveries' states.
-    fn alert_views(
-        &self,
-        store: &crate::store::Store,
-        id: JobId,
-    ) -> Result<Vec<crate::api::AlertView>, ApiError> {
-        let alerts = store.alerts(id)?;
-        if alerts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let deliveries = store.deliveries(id)?;
-        let files = self.files(id);
-        Ok(alerts
-            .iter()
-            .map(|a| crate::api::AlertView {
-                attempt: a.attempt,
-                detector: a.detector.as_str().to_string(),
-                action: a.action.as_str().to_string(),
-                seen_at: rfc3339(a.seen_at),
-                evidence: a.evidence.clone(),
-                path: crate::daemon::midrun::alert_path(&files, a.attempt, a.detector)
-                    .display()
-                    .to_string(),
-                deliveries: deliveries
-                    .iter()
-                    .filter(|d| d.subject == crate::store::Subject::JobAlert(a.id))
-                    .map(|d| crate::api::AlertDelivery {
-                        channel: d.channel.public_spec(),
-                        state: d.state,
-                    })
-                    .collect(),
-            })
-            .collect())
     }
 }
 
