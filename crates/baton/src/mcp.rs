@@ -58,8 +58,10 @@ fn instructions(context: &AgentContext) -> String {
             "baton queues GPU jobs and wakes you when they end. Submit a job with submit_job, \
              then stop working on it: when it ends, baton delivers its report (how it ended, the \
              error, the last metrics, the last lines of output) into this session by itself. \
-             You will also be woken if the run goes wrong while it runs (its loss turns NaN, it \
-             prints an error and keeps running). {common}"
+             A job that runs on this machine also wakes you if it goes wrong while it runs (its \
+             loss turns NaN, it prints an error and keeps running); a job run by a Slurm \
+             cluster wakes you only when it ends, and a sweep's runs only through the sweep's \
+             comparison or early alert. {common}"
         )
     } else {
         format!(
@@ -405,8 +407,9 @@ impl BatonTools {
         job id, where it stands in the queue, and whether its report will wake you \
         (`wakes_caller`). If it will, STOP: do not poll, sleep or check on the job; when it ends, \
         well or badly, baton delivers its report (exit, cause, last metrics, last output lines) \
-        into this session by itself, and you are also woken if the run goes wrong while it runs \
-        (a NaN loss, an error it outlives). If it will not, the result says what to do instead. Use \
+        into this session by itself; a job run on this machine (not by a Slurm cluster) also \
+        wakes you if it goes wrong while it runs (a NaN loss, an error it outlives). If it will \
+        not, the result says what to do instead. Use \
         wait_for_jobs only for jobs that finish within a few minutes.",
         input_schema = input_schema::<SubmitJobArgs>()
     )]
