@@ -136,6 +136,53 @@ fn an_error_the_process_outlives_wakes_after_the_grace_and_one_it_dies_of_does_n
     );
 }
 
+/// A job that prints all the time is read every period rather than at each write, and one that
+/// fell quiet is watched again: an error whose traceback spans several reads, and a NaN printed
+/// after a quiet spell, are each found once, with their own lines.
+#[test]
+fn a_job_printing_all_the_time_is_followed_through_its_reads_and_quiet_spells() {
+    let b = Baton::with_config(2, "[midrun]\nerror_grace = \"1s\"\n");
+    let (channel, path) = inbox(&b);
+    let chatter = |n: u32, loss: &str| {
+        format!(
+            "i=0; while [ $i -lt {n} ]; do echo \"step $i loss={loss} lr=3e-4\"; i=$((i+1)); sleep 0.01; done"
+        )
+    };
+    let script = [
+        // Past the second before it is followed, printing: read every period.
+        chatter(150, "0.5"),
+        "printf 'Traceback (most recent call last):\\n' >&2; sleep 0.3".into(),
+        "printf '  File \"w.py\", line 3, in <module>\\n    work()\\n' >&2; sleep 0.3".into(),
+        "printf 'RuntimeError: worker 3 hung up\\n' >&2".into(),
+        chatter(50, "0.4"),
+        // Quiet: watched again; the NaN's write wakes the follower.
+        "sleep 1.5; echo 'step 9999 loss=nan lr=3e-4'".into(),
+        chatter(50, "nan"),
+        "sleep 60".into(),
+    ]
+    .join("; ");
+    let id = b.submit_sh(&["--notify", &channel], &script);
+    let alerts = delivered_alerts(&b, id, 2);
+    assert_eq!(b.state(id), "running", "both came while it ran");
+    let by = |detector: &str| {
+        alerts
+            .iter()
+            .find(|a| a["detector"] == detector)
+            .unwrap_or_else(|| panic!("no {detector} alert: {alerts:#?}"))
+    };
+    assert_eq!(by("nan")["evidence"], "step 9999 loss=nan lr=3e-4");
+    let error = by("error")["evidence"].as_str().unwrap_or_default();
+    assert!(error.contains("RuntimeError: worker 3 hung up"), "{error}");
+    b.run(&["cancel", &id.to_string()]).expect(0);
+    wait_contains(&path, &report_end(id));
+    let text = read(&path);
+    assert_eq!(
+        text.matches(&alert_end(id)).count(),
+        2,
+        "two alerts: {text}"
+    );
+}
+
 #[test]
 fn a_restart_neither_repeats_nor_loses_an_alert() {
     let mut b = Baton::with_config(2, "[midrun]\nerror_grace = \"1s\"\n");

@@ -16,6 +16,7 @@
 //! [`sanitize_line`] before it lands in a [`Report`], and in the markdown quoted output only ever
 //! appears inside a fence it cannot close or inside an inline code span.
 
+mod candidates;
 mod cause;
 mod efficiency;
 mod markdown;

@@ -10,6 +10,7 @@
 //! for metrics or a NaN loss: a `SyntaxError` quoting `print("loss=nan")` is a SyntaxError. A
 //! NaN loss on a stray line inside a traceback counts only if the traceback is given up on.
 
+use super::candidates;
 use super::metrics::{MetricTable, for_each_metric};
 use super::sanitize::{clip_in_place, prefix_chars, sanitize_into};
 use super::search::find_either;
@@ -32,6 +33,8 @@ pub struct OutputScanner {
     splitters: [LineSplitter; 2],
     streams: [StreamState; 2],
     analysis: Analysis,
+    /// Made by [`OutputScanner::following`]: only what [`OutputScanner::so_far`] tells is kept.
+    following: bool,
 }
 
 impl OutputScanner {
@@ -39,9 +42,24 @@ impl OutputScanner {
         Self::default()
     }
 
+    /// A scanner for a job that still runs, which keeps only what [`OutputScanner::so_far`]
+    /// tells and finds it at a fraction of the cost: lines that cannot hold a finding
+    /// (`candidates`) are skipped unparsed, and neither the tail nor the metric table is kept,
+    /// so its [`OutputScanner::finish`] says nothing of them (the end report scans the whole
+    /// output with [`OutputScanner::new`]). It finds what a full scanner's `so_far` would.
+    pub fn following() -> Self {
+        OutputScanner {
+            following: true,
+            ..Self::default()
+        }
+    }
+
     /// Feeds raw bytes of one stream, in any chunking (a line may span many calls; the two
     /// streams may be interleaved call by call, each keeps its own partial line).
     pub fn feed(&mut self, stream: Stream, bytes: &[u8]) {
+        if self.following {
+            return self.feed_following(stream, bytes);
+        }
         let i = stream.index();
         let state = &mut self.streams[i];
         let analysis = &mut self.analysis;
@@ -50,6 +68,48 @@ impl OutputScanner {
             state.line(line, overflow);
             analysis.line(stream, line);
         });
+    }
+
+    /// [`OutputScanner::feed`] for a following scanner. The line carried over from the last
+    /// chunk and the partial line at this chunk's end go through the stream's splitter as
+    /// always; the whole lines between them are searched for candidates at once, and only the
+    /// lines holding one (and every line while a traceback is read) are split and analysed.
+    fn feed_following(&mut self, stream: Stream, mut bytes: &[u8]) {
+        let i = stream.index();
+        self.streams[i].bytes += bytes.len() as u64;
+        let splitter = &mut self.splitters[i];
+        let analysis = &mut self.analysis;
+        let mut analyse = |line: &[u8], _overflow: u64| analysis.line(stream, line);
+        if !splitter.at_line_start() {
+            let Some(nl) = memchr::memchr(b'\n', bytes) else {
+                return splitter.push(bytes, &mut analyse);
+            };
+            splitter.push(&bytes[..=nl], &mut analyse);
+            bytes = &bytes[nl + 1..];
+        }
+        let whole_end = memchr::memrchr(b'\n', bytes).map_or(0, |nl| nl + 1);
+        let (whole, rest) = bytes.split_at(whole_end);
+        let mut at = 0;
+        while at < whole.len() {
+            let start = if self.analysis.tracebacks[i].inside() {
+                at
+            } else {
+                match candidates::first(&whole[at..]) {
+                    // The line the candidate is on, from its start.
+                    Some(hit) => {
+                        memchr::memrchr(b'\n', &whole[at..at + hit]).map_or(at, |nl| at + nl + 1)
+                    }
+                    None => break,
+                }
+            };
+            let end = start
+                + memchr::memchr(b'\n', &whole[start..]).expect("whole lines end in a newline");
+            let analysis = &mut self.analysis;
+            self.splitters[i].push(&whole[start..=end], |line, _| analysis.line(stream, line));
+            at = end + 1;
+        }
+        let analysis = &mut self.analysis;
+        self.splitters[i].push(rest, |line, _| analysis.line(stream, line));
     }
 
     /// Says that the first `bytes` bytes of `stream` were not fed (the caller only scans the last
@@ -176,6 +236,11 @@ impl LineSplitter {
             }
         }
         self.append(bytes);
+    }
+
+    /// Whether the next byte starts a line: nothing of the current one is held or dropped.
+    fn at_line_start(&self) -> bool {
+        self.partial.is_empty() && self.overflow == 0 && !self.pending_cr && !self.dropping
     }
 
     /// The end of the stream: an unterminated last line still counts.
@@ -675,5 +740,84 @@ mod tests {
         assert_eq!((e.kind.as_str(), e.message.as_str()), ("ValueError", "bad"));
         assert_eq!(s.metrics[0].value, "0.5");
         assert_eq!(s.stderr.tail[2], "ValueError: bad");
+    }
+
+    /// Lines of every kind the detectors care about, and the noise around them.
+    const CORPUS: &[&str] = &[
+        "step 12 loss=0.4312 lr=3e-4 grad_norm=0.91 tokens/s=51234\n",
+        "{'loss': 0.52, 'learning_rate': 4.9e-05, 'epoch': 0.1}\n",
+        "INFO:__main__:epoch 1 done, val_acc=0.81\n",
+        "step 13 loss=nan lr=3e-4\n",
+        "step 14 loss=0.3 grad_norm=inf\n",
+        "Loss is NaN, stopping training\n",
+        "loss scale reduced to inf\n",
+        "Epoch 1:  40%|####      | 4/10 [00:01<00:02]\r",
+        "Epoch 1:  50%|#####     | 5/10 loss=nan\r",
+        "\r\n",
+        "Traceback (most recent call last):\n",
+        "  File \"train.py\", line 3, in <module>\n",
+        "    f(loss=float(\"nan\"))\n",
+        "ValueError: bad value\n",
+        "[rank0]: Traceback (most recent call last):\n",
+        "[rank1]: step 3 loss=nan\n",
+        "[rank0]: KeyError: 'k'\n",
+        "  File \"x.py\", line 1\n",
+        "SyntaxError: invalid syntax\n",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error\n",
+        "NCCL WARN Call to connect returned Connection refused\n",
+        "OOM when allocating tensor with shape[1024,1024]\n",
+        "CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate\n",
+        "jax.errors: RESOURCE_EXHAUSTED: Out of memory while trying to allocate\n",
+        "torch.distributed.DistBackendError: NCCL communicator was aborted\n",
+        "failed: ncclSystemError: System call failed\n",
+        "[E ProcessGroupNCCL.cpp:475] Watchdog caught collective operation timeout\n",
+        "\x1b[31mTraceback (most recent call last):\x1b[0m\n",
+        "\x1b[1;31mValueError\x1b[0m: coloured\n",
+        "a line with no end",
+        "\n",
+    ];
+
+    proptest::proptest! {
+        /// A following scanner tells what a full one does, after every chunk, whatever the
+        /// output and however it is cut.
+        #[test]
+        fn following_finds_what_a_full_scan_does(
+            picks in proptest::collection::vec((0..CORPUS.len(), proptest::bool::ANY), 0..60),
+            cuts in proptest::collection::vec(1usize..97, 1..40),
+            skip_at in proptest::option::of(0usize..40),
+        ) {
+            let mut full = OutputScanner::new();
+            let mut following = OutputScanner::following();
+            let mut chunks: Vec<(Stream, Vec<u8>)> = Vec::new();
+            for (i, on_stderr) in picks {
+                let stream = if on_stderr { Stream::Stderr } else { Stream::Stdout };
+                chunks.push((stream, CORPUS[i].as_bytes().to_vec()));
+            }
+            // Recut: each stream's bytes in the order written, in pieces of the sizes drawn.
+            let mut pieces = Vec::new();
+            let mut c = 0;
+            for (stream, bytes) in chunks {
+                let mut rest = &bytes[..];
+                while !rest.is_empty() {
+                    let n = cuts[c % cuts.len()].min(rest.len());
+                    c += 1;
+                    pieces.push((stream, rest[..n].to_vec()));
+                    rest = &rest[n..];
+                }
+            }
+            // Pieces glued back into chunks of a few, as a read returns what was appended.
+            for (k, group) in pieces.chunks(3).enumerate() {
+                if skip_at == Some(k) {
+                    full.skipped(Stream::Stdout, 10);
+                    following.skipped(Stream::Stdout, 10);
+                }
+                for (stream, bytes) in group {
+                    full.feed(*stream, bytes);
+                    following.feed(*stream, bytes);
+                }
+                proptest::prop_assert_eq!(following.so_far(), full.so_far());
+            }
+        }
     }
 }

@@ -112,6 +112,11 @@ impl TracebackParser {
         TracebackLine::Stray
     }
 
+    /// Whether a traceback is being read: every line matters until it ends.
+    pub(crate) fn inside(&self) -> bool {
+        self.inside
+    }
+
     /// Starts a traceback at `line` if it is a header or a SyntaxError location; says whether
     /// it did.
     fn maybe_start(&mut self, line: &str, signals: &LineSignals) -> bool {

@@ -2,7 +2,8 @@
 //! inotify watch on each running job's directory, from a second after the job started (told by
 //! `Daemon::follow`; a job that ends sooner is never followed), so a write to its `stdout` or
 //! `stderr` wakes the task, which reads what was appended (never the file again) into the
-//! job's `OutputScanner`; `baton_core::midrun::Watch` decides what that makes an alert. An alert is
+//! job's `OutputScanner::following` (it skips, unparsed, every line no detector could take
+//! anything from); `baton_core::midrun::Watch` decides what that makes an alert. An alert is
 //! committed with its deliveries before anything is sent (the outbox sends it, once), and a
 //! restarted daemon resumes each attempt's watch from the alerts stored, so none is repeated.
 //!
@@ -33,6 +34,12 @@ use crate::store::AlertRecord;
 /// that ends sooner is told of by its end report alone, and costs the follower nothing.
 pub(crate) const FOLLOW_AFTER_MS: Millis = 1000;
 
+/// How often a job that is printing is read. A job's first write after a quiet spell wakes the
+/// follower through inotify, which then stops watching it and reads it this often instead until
+/// a read finds nothing new, when it is watched again: a chatty job (a hundred flushes a second)
+/// costs a read per period rather than a wake-up per write, and an alert is at most this late.
+const PACE_MS: Millis = 100;
+
 /// A job that printed more than this before it was followed (a daemon restarted under a long
 /// run) is scanned from its last this many bytes per stream.
 const RESUME_TAIL: u64 = 8 << 20;
@@ -50,24 +57,69 @@ fn is_output(name: Option<&std::ffi::CStr>) -> bool {
     name.is_some_and(|n| matches!(n.to_bytes(), b"stdout" | b"stderr"))
 }
 
-/// The attempts followed, by job and by the inotify watch on its directory.
+/// The attempts followed, by job and by the inotify watch on its directory; those printing now
+/// are read every [`PACE_MS`] instead of watched.
 #[derive(Default)]
 struct Following {
     jobs: HashMap<JobId, Followed>,
     by_wd: HashMap<i32, JobId>,
+    printing: Vec<JobId>,
 }
 
 impl Following {
     fn insert(&mut self, id: JobId, followed: Followed) {
-        self.by_wd.insert(followed.wd, id);
+        if let Some(wd) = followed.wd {
+            self.by_wd.insert(wd, id);
+        }
         self.jobs.insert(id, followed);
     }
 
-    fn remove(&mut self, id: JobId) -> Option<Followed> {
-        let followed = self.jobs.remove(&id)?;
-        self.by_wd.remove(&followed.wd);
-        Some(followed)
+    fn remove(&mut self, fd: &OwnedFd, id: JobId) {
+        let Some(followed) = self.jobs.remove(&id) else {
+            return;
+        };
+        if let Some(wd) = followed.wd {
+            self.by_wd.remove(&wd);
+            let _ = inotify::remove_watch(fd, wd);
+        }
+        self.printing.retain(|&p| p != id);
     }
+
+    /// After a read of `id` that found `read` new bytes: a job that printed is read every
+    /// period from now on, unwatched; one that printed nothing is watched again (and read once
+    /// more, for what it wrote before the watch was back). Returns whether to read it again now.
+    fn after_read(&mut self, fd: &OwnedFd, id: JobId, read: u64) -> bool {
+        let Some(f) = self.jobs.get_mut(&id) else {
+            return false;
+        };
+        match (read > 0, f.wd) {
+            (true, Some(wd)) => {
+                self.by_wd.remove(&wd);
+                let _ = inotify::remove_watch(fd, wd);
+                f.wd = None;
+                self.printing.push(id);
+                false
+            }
+            (false, None) => match watch_dir(fd, &f.files) {
+                Ok(wd) => {
+                    f.wd = Some(wd);
+                    self.by_wd.insert(wd, id);
+                    self.printing.retain(|&p| p != id);
+                    true
+                }
+                // Read every period still: slower to tell, never blind.
+                Err(_) => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+/// Watches a job's directory for writes to its `stdout` and `stderr`.
+fn watch_dir(fd: &OwnedFd, files: &JobFiles) -> std::io::Result<i32> {
+    // Its launch may not have made the directory yet; it makes it the same way.
+    std::fs::create_dir_all(&files.dir)?;
+    Ok(inotify::add_watch(fd, &files.dir, WatchFlags::MODIFY)?)
 }
 
 /// One attempt being followed.
@@ -76,8 +128,8 @@ struct Followed {
     started_at: Millis,
     name: String,
     files: JobFiles,
-    /// The inotify watch on its directory.
-    wd: i32,
+    /// The inotify watch on its directory; `None` while it is printing and read every period.
+    wd: Option<i32>,
     streams: [Option<File>; 2],
     scanner: OutputScanner,
     watch: Watch,
@@ -86,9 +138,10 @@ struct Followed {
 }
 
 impl Followed {
-    /// Reads what was appended to each stream since the last look, to its end: whatever is
-    /// written meanwhile is another inotify event, so it is read at the next turn.
-    fn read_new(&mut self, buf: &mut [u8]) {
+    /// Reads what was appended to each stream since the last look, to its end (whatever is
+    /// written meanwhile is read at the next turn); returns how many bytes that was.
+    fn read_new(&mut self, buf: &mut [u8]) -> u64 {
+        let mut read = 0;
         for stream in [Stream::Stdout, Stream::Stderr] {
             let i = stream.index();
             if self.streams[i].is_none() {
@@ -111,10 +164,19 @@ impl Followed {
             loop {
                 match file.read(buf) {
                     Ok(0) | Err(_) => break,
-                    Ok(n) => self.scanner.feed(stream, &buf[..n]),
+                    Ok(n) => {
+                        read += n as u64;
+                        self.scanner.feed(stream, &buf[..n]);
+                        // A short read of a regular file is its end for now: no second read
+                        // to be told so.
+                        if n < buf.len() {
+                            break;
+                        }
+                    }
                 }
             }
         }
+        read
     }
 }
 
@@ -143,7 +205,9 @@ impl Daemon {
         let mut followed = Following::default();
         // Jobs that started, by when they are to be followed (`FOLLOW_AFTER_MS`).
         let mut due: BTreeMap<(Millis, JobId), ()> = BTreeMap::new();
-        let mut buf = vec![0u8; 64 << 10];
+        let mut buf = vec![0u8; 256 << 10];
+        // When the jobs printing are read next.
+        let mut next_pace: Option<Millis> = None;
         let mut events = vec![MaybeUninit::<u8>::uninit(); 16 << 10];
         // At first every running job (recovered after a restart); then each job the daemon
         // says started or stopped running (`Daemon::follow`).
@@ -158,6 +222,10 @@ impl Daemon {
                 due.remove(&(at, id));
                 to_look.push(id);
             }
+            if next_pace.is_some_and(|at| at <= now) {
+                next_pace = None;
+                dirty.extend_from_slice(&followed.printing);
+            }
             if !to_look.is_empty() {
                 let started = self.look_at(fd.get_ref(), &mut followed, &to_look, now);
                 for (id, at) in started {
@@ -169,21 +237,34 @@ impl Daemon {
             dirty.sort_unstable();
             dirty.dedup();
             let now = now_ms();
-            for id in dirty.drain(..) {
+            for id in std::mem::take(&mut dirty) {
                 let Some(f) = followed.jobs.get_mut(&id) else {
                     continue;
                 };
-                f.read_new(&mut buf);
+                let read = f.read_new(&mut buf);
+                if followed.after_read(fd.get_ref(), id, read)
+                    && let Some(f) = followed.jobs.get_mut(&id)
+                {
+                    let read = f.read_new(&mut buf);
+                    followed.after_read(fd.get_ref(), id, read);
+                }
+                let Some(f) = followed.jobs.get_mut(&id) else {
+                    continue;
+                };
                 let alerts = f.watch.check(&f.scanner.so_far(), now, &f.policy);
                 for alert in alerts {
                     self.raise_alert(id, f, alert, now);
                 }
+            }
+            if !followed.printing.is_empty() && next_pace.is_none() {
+                next_pace = Some(now + PACE_MS);
             }
             let next = followed
                 .jobs
                 .values()
                 .filter_map(|f| f.watch.next_check(&f.policy))
                 .chain(due.keys().next().map(|(at, _)| *at))
+                .chain(next_pace)
                 .min();
             let sleep = async {
                 match next {
@@ -229,8 +310,11 @@ impl Daemon {
                         }
                     }
                 }
-                // An error's grace period, or a job's time to be followed, came.
-                _ = sleep => dirty.extend(followed.jobs.keys().copied()),
+                // An error's grace period, a job's time to be followed, or the period of the
+                // jobs printing came (the loop's top reads those).
+                _ = sleep => dirty.extend(
+                    followed.jobs.iter().filter(|(_, f)| f.watch.next_check(&f.policy).is_some()).map(|(id, _)| *id)
+                ),
             }
         }
     }
@@ -276,9 +360,7 @@ impl Daemon {
             if same {
                 continue;
             }
-            if let Some(f) = followed.remove(id) {
-                let _ = inotify::remove_watch(fd, f.wd);
-            }
+            followed.remove(fd, id);
             let Some((attempt, started_at, name, stop_on)) = running else {
                 continue;
             };
@@ -287,12 +369,7 @@ impl Daemon {
                 continue;
             }
             let files = self.files(id);
-            // A write to `stdout` or `stderr` (they exist: the job has run for a second).
-            let flags = WatchFlags::MODIFY;
-            // Its launch may not have made the directory yet; it makes it the same way.
-            let watched = std::fs::create_dir_all(&files.dir)
-                .and_then(|()| Ok(inotify::add_watch(fd, &files.dir, flags)?));
-            let wd = match watched {
+            let wd = match watch_dir(fd, &files) {
                 Ok(wd) => wd,
                 Err(e) => {
                     tracing::warn!(job = id.0, "cannot follow the job's output: {e}");
@@ -318,9 +395,9 @@ impl Daemon {
                     started_at,
                     name,
                     files,
-                    wd,
+                    wd: Some(wd),
                     streams: [None, None],
-                    scanner: OutputScanner::new(),
+                    scanner: OutputScanner::following(),
                     watch: Watch::resume(raised),
                     policy: self.config.midrun.with_stop_on(&stop_on),
                 },
