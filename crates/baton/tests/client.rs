@@ -132,6 +132,52 @@ fn read_request(stream: &mut UnixStream) -> Vec<u8> {
     head
 }
 
+/// Stands between the CLI and the daemon, passes each answer on whole, and then keeps the
+/// client's connection open for a minute instead of closing it.
+fn holding_proxy(daemon: PathBuf, at: &Path) {
+    let listener = UnixListener::bind(at).unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let daemon = daemon.clone();
+            std::thread::spawn(move || {
+                let request = read_request(&mut client);
+                let mut upstream = UnixStream::connect(&daemon).unwrap();
+                upstream.write_all(&request).unwrap();
+                let mut answer = Vec::new();
+                upstream.read_to_end(&mut answer).unwrap();
+                let _ = client.write_all(&answer);
+                std::thread::sleep(Duration::from_secs(60));
+            });
+        }
+    });
+}
+
+/// An answer is complete at its `Content-Length`: the CLI does not wait for the connection to
+/// close (which the daemon may get to only after the work a request set off).
+#[test]
+fn an_answer_is_taken_at_its_length_not_at_the_close() {
+    let b = Baton::start(1);
+    let proxy = b.root.join("proxy.sock");
+    holding_proxy(b.home.join("baton.sock"), &proxy);
+    for args in [
+        &["submit", "--", "true"][..],
+        &["status", "--all", "--json"],
+    ] {
+        let started = Instant::now();
+        let mut cmd = b.cmd(args);
+        cmd.env("BATON_SOCKET", &proxy)
+            .env("BATON_CLIENT_TIMEOUT", "20s");
+        let out = run_cmd(cmd).expect(0);
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(10),
+            "{args:?} took {took:?}: {out:?}"
+        );
+    }
+    assert_eq!(all_jobs(&b).len(), 1);
+}
+
 fn all_jobs(b: &Baton) -> Vec<serde_json::Value> {
     b.run(&["status", "--all", "--json"])
         .expect(0)

@@ -113,6 +113,36 @@ impl Response {
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
     }
+
+    /// The whole body. One with a `Content-Length` is read to that length rather than to the
+    /// connection's close, which the daemon may get to only after the work the request set off
+    /// (a submission's scheduling pass): a CLI call returns as soon as its answer is in.
+    fn read_whole(self) -> Result<Vec<u8>, ClientError> {
+        let length = self
+            .header("content-length")
+            .and_then(|v| v.parse::<u64>().ok());
+        let mut bytes = Vec::new();
+        let cut_off = |detail: String| ClientError::Interrupted {
+            detail: format!("the answer was cut off: {detail}"),
+        };
+        match length {
+            Some(length) => {
+                self.body
+                    .take(length)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| cut_off(e.to_string()))?;
+                if (bytes.len() as u64) < length {
+                    return Err(cut_off(format!("{} of {length} bytes", bytes.len())));
+                }
+            }
+            None => {
+                let mut body = self.body;
+                body.read_to_end(&mut bytes)
+                    .map_err(|e| cut_off(e.to_string()))?;
+            }
+        }
+        Ok(bytes)
+    }
 }
 
 /// How long a call waits for the daemon: every call but those that wait by design gets an
@@ -372,8 +402,8 @@ impl Client {
         body: Option<&[u8]>,
         patience: Patience,
     ) -> Result<T, ClientError> {
-        let resp = self.request(method, target, body, patience)?;
-        serde_json::from_reader(resp.body).map_err(|e| ClientError::Interrupted {
+        let bytes = self.request(method, target, body, patience)?.read_whole()?;
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Interrupted {
             detail: format!("unreadable answer: {e}"),
         })
     }
@@ -544,12 +574,7 @@ impl Client {
         let (next_before, more_ended) = (number(NEXT_HEADER), number(MORE_HEADER));
         // Read whole, then parsed: a page is up to a megabyte, and parsing from a slice is
         // several times faster than from a reader.
-        let mut bytes = Vec::new();
-        let mut body = resp.body;
-        body.read_to_end(&mut bytes)
-            .map_err(|e| ClientError::Interrupted {
-                detail: format!("the answer was cut off: {e}"),
-            })?;
+        let bytes = resp.read_whole()?;
         let items = serde_json::from_slice(&bytes).map_err(|e| ClientError::Interrupted {
             detail: format!("unreadable answer: {e}"),
         })?;
