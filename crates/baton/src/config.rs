@@ -32,9 +32,11 @@ pub struct Settings {
     pub midrun: MidrunSettings,
 }
 
-/// `[midrun]`: the detectors that follow a running job's output, each `wake` (default: the
-/// job's channels get a short alert), `note` (recorded, shown in the report) or `off`; how long
-/// a process must outlive the error it printed; and the most wake-ups a job gets in an hour.
+/// `[midrun]`: the detectors that follow a running job's output, each `wake` (the job's
+/// channels get a short alert), `note` (recorded, shown in the report) or `off`; how long a
+/// process must outlive the error it printed; the shortest silence that is a stall; how long a
+/// job that said it finished may stay quiet and idle; and the most wake-ups a job gets in an
+/// hour.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MidrunSettings {
@@ -42,6 +44,12 @@ pub struct MidrunSettings {
     pub error: DetectorSetting,
     #[serde(with = "baton_core::units::serde_duration")]
     pub error_grace: Millis,
+    pub stall: DetectorSetting,
+    #[serde(with = "baton_core::units::serde_duration")]
+    pub stall_after: Millis,
+    pub finished_but_alive: DetectorSetting,
+    #[serde(with = "baton_core::units::serde_duration")]
+    pub finished_grace: Millis,
     pub wakes_per_hour: u32,
 }
 
@@ -61,6 +69,10 @@ impl Default for MidrunSettings {
             nan: DetectorSetting::Wake,
             error: DetectorSetting::Wake,
             error_grace: policy.error_grace_ms,
+            stall: DetectorSetting::Wake,
+            stall_after: policy.stall_after_ms,
+            finished_but_alive: DetectorSetting::Note,
+            finished_grace: policy.finished_grace_ms,
             wakes_per_hour: policy.wakes_per_hour,
         }
     }
@@ -80,6 +92,10 @@ impl MidrunSettings {
             error: action(self.error),
             error_grace_ms: self.error_grace,
             wakes_per_hour: self.wakes_per_hour,
+            stall: action(self.stall),
+            stall_after_ms: self.stall_after,
+            finished: action(self.finished_but_alive),
+            finished_grace_ms: self.finished_grace,
         }
     }
 }

@@ -59,7 +59,8 @@ fn instructions(context: &AgentContext) -> String {
              then stop working on it: when it ends, baton delivers its report (how it ended, the \
              error, the last metrics, the last lines of output) into this session by itself. \
              A job that runs on this machine also wakes you if it goes wrong while it runs (its \
-             loss turns NaN, it prints an error and keeps running); a job run by a Slurm \
+             loss turns NaN, it prints an error and keeps running, it stalls: no output and its \
+             GPUs idle); a job run by a Slurm \
              cluster wakes you only when it ends, and a sweep's runs only through the sweep's \
              comparison or early alert. {common}"
         )
@@ -161,7 +162,8 @@ struct SubmitJobArgs {
     retries: Option<u32>,
     /// Mid-run detectors that end the job as failed at once, freeing its GPUs, instead of
     /// waking you and letting it run: "nan" (its loss turns NaN or infinite), "error" (it
-    /// prints an error and keeps running).
+    /// prints an error and keeps running), "stall" (no output for long, its GPUs idle),
+    /// "finished-but-alive" (it said it finished, then sits idle without exiting).
     #[serde(default)]
     stop_on: Vec<String>,
     /// Labels, e.g. {"protect": "true"}.
@@ -408,7 +410,7 @@ impl BatonTools {
         (`wakes_caller`). If it will, STOP: do not poll, sleep or check on the job; when it ends, \
         well or badly, baton delivers its report (exit, cause, last metrics, last output lines) \
         into this session by itself; a job run on this machine (not by a Slurm cluster) also \
-        wakes you if it goes wrong while it runs (a NaN loss, an error it outlives). If it will \
+        wakes you if it goes wrong while it runs (a NaN loss, an error it outlives, a stall). If it will \
         not, the result says what to do instead. Use \
         wait_for_jobs only for jobs that finish within a few minutes.",
         input_schema = input_schema::<SubmitJobArgs>()

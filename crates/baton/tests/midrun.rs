@@ -183,6 +183,85 @@ fn a_job_printing_all_the_time_is_followed_through_its_reads_and_quiet_spells() 
     );
 }
 
+/// Waits until the job has `n` alerts; returns them (`status --json`).
+#[track_caller]
+fn alerts_of(b: &Baton, id: u64, n: usize) -> Vec<Value> {
+    let until = std::time::Instant::now() + common::DEADLINE;
+    loop {
+        let alerts = b.job(id)["alerts"].as_array().cloned().unwrap_or_default();
+        if alerts.len() >= n {
+            return alerts;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "job {id}'s alerts: {alerts:#?}\n{}",
+            b.daemon_log()
+        );
+        std::thread::sleep(common::POLL);
+    }
+}
+
+/// Three quiet jobs on simulated GPUs: one whose GPU sits idle stalls (and the alert quotes its
+/// last line), one whose GPU is busy does not, and one that said it finished is a
+/// finished-but-alive note, not a stall.
+#[test]
+fn a_quiet_job_on_an_idle_gpu_stalls_one_busy_on_it_does_not_and_one_that_finished_is_a_note() {
+    let b = Baton::with_config(
+        3,
+        "[midrun]\nstall_after = \"2s\"\nfinished_grace = \"2s\"\n\n[waste]\nsample_interval = \"1s\"\n",
+    );
+    let (channel, path) = inbox(&b);
+    let busy_gpu = "d=\"$BATON_HOME/sim/gpu$CUDA_VISIBLE_DEVICES\"; mkdir -p \"$d\"; \
+                    echo \"$(( 3 << 30 )) 80\" > \"$d/$$\"";
+    let stalls = b.submit_sh(
+        &["--gpus", "1", "--notify", &channel],
+        "echo 'step 5 loss=0.31'; echo 'all-reduce, rank 0 of 8'; sleep 60",
+    );
+    let busy = b.submit_sh(
+        &["--gpus", "1", "--notify", &channel],
+        &format!("{busy_gpu}; echo 'step 5 loss=0.31'; sleep 60"),
+    );
+    let finished = b.submit_sh(
+        &["--gpus", "1", "--notify", &channel],
+        "echo 'step 900 loss=0.02'; echo 'Training finished in 3h 2m'; sleep 60",
+    );
+    let alerts = delivered_alerts(&b, stalls, 1);
+    assert_eq!(alerts[0]["detector"], "stall");
+    assert_eq!(
+        alerts[0]["evidence"], "all-reduce, rank 0 of 8",
+        "its last line"
+    );
+    wait_contains(&path, &alert_end(stalls));
+    let text = read(&path);
+    assert!(
+        text.contains("it looks stalled: nothing printed for")
+            && text.contains("its GPUs near idle"),
+        "{text}"
+    );
+    let noted = alerts_of(&b, finished, 1);
+    assert_eq!(noted.len(), 1, "{noted:#?}");
+    assert_eq!(noted[0]["detector"], "finished-but-alive");
+    assert_eq!(noted[0]["action"], "note");
+    assert_eq!(noted[0]["evidence"], "Training finished in 3h 2m");
+    // As long quiet as the one that stalled, and longer than it takes: busy on its GPU.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let job = b.job(busy);
+    assert!(job.get("alerts").is_none(), "{job:#}\n{}", b.daemon_log());
+    assert!(
+        !read(&path).contains(&alert_end(finished)),
+        "a note wakes nobody"
+    );
+    for id in [stalls, busy, finished] {
+        b.run(&["cancel", &id.to_string()]).expect(0);
+    }
+    wait_contains(&path, &report_end(finished));
+    let report = b.run(&["report", &finished.to_string()]).expect(0).stdout;
+    assert!(
+        report.contains("mid-run alert (finished-but-alive)"),
+        "{report}"
+    );
+}
+
 #[test]
 fn a_restart_neither_repeats_nor_loses_an_alert() {
     let mut b = Baton::with_config(2, "[midrun]\nerror_grace = \"1s\"\n");
@@ -256,8 +335,9 @@ fn an_unknown_detector_is_refused_and_nothing_is_queued() {
     let out = b.run(&["submit", "--stop-on", "nan,stal", "--", "true"]);
     assert_eq!(out.code, 2, "{out:?}");
     assert!(
-        out.stderr
-            .contains("\"stal\": no such detector (there are: nan, error)"),
+        out.stderr.contains(
+            "\"stal\": no such detector (there are: nan, error, stall, finished-but-alive)"
+        ),
         "{out:?}"
     );
     let listed = b.run(&["status", "--all", "--json"]).expect(0).json();

@@ -10,7 +10,8 @@
 //! - what `signals::classify` recognises, each phrase holding one of the capitalised words
 //!   below (`Error` covers `DistBackendError`, `OutOfMemoryError`, `ErrorMemoryAllocation` and
 //!   NCCL's result codes);
-//! - the start of a Python traceback: its header, or a `File "` frame (a SyntaxError location).
+//! - the start of a Python traceback: its header, or a `File "` frame (a SyntaxError location);
+//! - a line saying the work is done ([`FINISHED`], matched exactly by [`says_finished`]).
 //!
 //! While a traceback is being read, every line matters and the scanner feeds them all.
 
@@ -35,8 +36,43 @@ const WORDS: &[&str] = &[
 /// The words a non-finite value holds, in every ASCII case.
 const NON_FINITE: &[&str] = &["nan", "inf"];
 
+/// What training scripts print when the work is done, each without its first letter so that
+/// both `Training finished` and `training finished` match: Hugging Face's Trainer ("Training
+/// completed. Do not forget to share your model..."), Lightning ("`Trainer.fit` stopped:
+/// `max_epochs=3` reached."), and the usual hand-written lines.
+pub(crate) const FINISHED: &[&str] = &[
+    "raining finished",
+    "raining complete",
+    "inished training",
+    "raining done",
+    "Done training",
+    "done training",
+    "aved final checkpoint",
+    "aving final checkpoint",
+    "inal checkpoint saved",
+    "aved final model",
+    "inal model saved",
+    "`Trainer.fit` stopped",
+];
+
+static FINISHED_SEARCH: LazyLock<AhoCorasick> = LazyLock::new(|| {
+    AhoCorasick::builder()
+        .match_kind(MatchKind::LeftmostFirst)
+        .build(FINISHED)
+        .expect("a dozen short literal patterns always build")
+});
+
+/// Whether the line says the work is done (a phrase of [`FINISHED`]).
+pub(crate) fn says_finished(line: &[u8]) -> bool {
+    FINISHED_SEARCH.is_match(line)
+}
+
 static SEARCH: LazyLock<AhoCorasick> = LazyLock::new(|| {
-    let mut patterns: Vec<String> = WORDS.iter().map(|w| w.to_string()).collect();
+    let mut patterns: Vec<String> = WORDS
+        .iter()
+        .chain(FINISHED)
+        .map(|w| w.to_string())
+        .collect();
     for word in NON_FINITE {
         patterns.extend(every_case(word));
     }
@@ -118,6 +154,30 @@ mod tests {
             "OOM when allocating tensor",
         ] {
             assert!(first(text.as_bytes()).is_some(), "{text}");
+        }
+    }
+
+    #[test]
+    fn knows_the_lines_that_say_the_work_is_done() {
+        for text in [
+            "Training finished in 3h 2m",
+            "training complete, best val_acc=0.91",
+            "Training completed. Do not forget to share your model on huggingface.co/models =)",
+            "`Trainer.fit` stopped: `max_epochs=3` reached.",
+            "Saved final checkpoint to ckpt/final.pt",
+            "INFO finished training after 10 epochs",
+            "Done training.",
+        ] {
+            assert!(says_finished(text.as_bytes()), "{text}");
+            assert!(first(text.as_bytes()).is_some(), "a candidate: {text}");
+        }
+        for text in [
+            "Training epoch 3",
+            "finished epoch 3 of 10",
+            "saved checkpoint step 500",
+            "Running one training step",
+        ] {
+            assert!(!says_finished(text.as_bytes()), "{text}");
         }
     }
 }

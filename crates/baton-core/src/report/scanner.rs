@@ -146,6 +146,7 @@ impl OutputScanner {
         SoFar {
             non_finite_loss: f.non_finite_loss.clone(),
             error,
+            finished: f.finished.clone(),
         }
     }
 
@@ -187,6 +188,9 @@ pub struct SoFar {
     /// The latest error: a Python exception (`RuntimeError: ...`), else a CUDA out-of-memory
     /// line, else an NCCL error line.
     pub error: Option<String>,
+    /// The first line that said the work is done ("Training finished", Hugging Face's and
+    /// Lightning's end lines).
+    pub finished: Option<String>,
 }
 
 /// Cuts one stream into lines. A carriage return not followed by a newline means the terminal
@@ -417,6 +421,8 @@ struct Findings {
     /// 2 when `nccl_error` is an error, 1 for a warning.
     nccl_strength: u8,
     non_finite_loss: Option<String>,
+    /// The first line saying the work is done.
+    finished: Option<String>,
 }
 
 impl Analysis {
@@ -464,6 +470,12 @@ impl Analysis {
             TracebackLine::Stray => true,
             TracebackLine::Outside | TracebackLine::Abandoned => false,
         };
+        if !in_traceback
+            && findings.finished.is_none()
+            && candidates::says_finished(text.as_bytes())
+        {
+            store_line(&mut findings.finished, text);
+        }
         // A NaN loss shows as a metric (`loss=nan`) or in words ("Loss is NaN"). The words only
         // count on a line whose metrics do not already say which value was not finite
         // (`loss=0.3 grad_norm=nan` is about the gradient).
@@ -774,6 +786,9 @@ mod tests {
         "[E ProcessGroupNCCL.cpp:475] Watchdog caught collective operation timeout\n",
         "\x1b[31mTraceback (most recent call last):\x1b[0m\n",
         "\x1b[1;31mValueError\x1b[0m: coloured\n",
+        "Training finished in 3h 2m\n",
+        "  File \"t.py\", line 9, in <module>\n    print(\"Training finished\")\n",
+        "`Trainer.fit` stopped: `max_epochs=3` reached.\n",
         "a line with no end",
         "\n",
     ];

@@ -65,7 +65,8 @@ pub struct Args {
     stdin: Option<PathBuf>,
     /// End the job as failed, freeing its GPUs, when one of these mid-run detectors fires,
     /// instead of waking you and letting it run: nan (a NaN/inf loss), error (an error it
-    /// outlives). Comma-separated or repeated.
+    /// outlives), stall (no output for long while its GPUs idle), finished-but-alive (it said
+    /// it finished, then idles without exiting). Comma-separated or repeated.
     #[arg(long = "stop-on", value_delimiter = ',', value_name = "DETECTOR")]
     stop_on: Vec<String>,
     /// Wall-clock limit, e.g. 90m, 2h, 1h30m, 01:30:00. The job ends `timeout` when it passes.

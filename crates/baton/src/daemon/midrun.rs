@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::lifecycle::Transition;
-use baton_core::midrun::{self, Action, Alert, AlertFacts, Watch};
+use baton_core::midrun::{self, Action, Alert, AlertFacts, Detector, Gpus, Watch};
 use baton_core::report::{OutputScanner, Stream};
 use baton_core::{JobId, JobState, Millis};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
@@ -115,6 +115,40 @@ impl Following {
     }
 }
 
+/// The last line a job printed (of whichever stream was written last), sanitized and clipped:
+/// a stall's evidence. Empty when it printed nothing.
+fn last_line(files: &JobFiles) -> String {
+    let newest = [files.stdout(), files.stderr()]
+        .into_iter()
+        .filter_map(|path| {
+            let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok()?;
+            Some((modified, path))
+        })
+        .filter(|(_, path)| std::fs::metadata(path).is_ok_and(|m| m.len() > 0))
+        .max_by_key(|(modified, _)| *modified);
+    let Some((_, path)) = newest else {
+        return String::new();
+    };
+    let tail = (|| -> std::io::Result<Vec<u8>> {
+        let mut file = File::open(&path)?;
+        let len = file.metadata()?.len();
+        file.seek(SeekFrom::Start(len.saturating_sub(4096)))?;
+        let mut tail = Vec::new();
+        file.read_to_end(&mut tail)?;
+        Ok(tail)
+    })()
+    .unwrap_or_default();
+    // A progress bar redraws its line with carriage returns: the last drawing is the line.
+    let line = tail
+        .split(|&b| b == b'\n' || b == b'\r')
+        .rfind(|line| line.iter().any(|b| !b.is_ascii_whitespace()))
+        .unwrap_or_default();
+    baton_core::report::sanitize_line(line)
+        .chars()
+        .take(300)
+        .collect()
+}
+
 /// Watches a job's directory for writes to its `stdout` and `stderr`.
 fn watch_dir(fd: &OwnedFd, files: &JobFiles) -> std::io::Result<i32> {
     // Its launch may not have made the directory yet; it makes it the same way.
@@ -133,6 +167,8 @@ struct Followed {
     streams: [Option<File>; 2],
     scanner: OutputScanner,
     watch: Watch,
+    /// Whether it holds GPUs (the quiet detectors then need them idle too).
+    has_gpus: bool,
     /// The daemon's policy with the job's own `--stop-on`.
     policy: midrun::Policy,
 }
@@ -213,6 +249,8 @@ impl Daemon {
         // says started or stopped running (`Daemon::follow`).
         let mut dirty: Vec<JobId> = Vec::new();
         let mut to_look: Vec<JobId> = self.running_jobs();
+        // A job that ran before this daemon did was quiet, as far as it knows, from now on.
+        let follower_started = now_ms();
         loop {
             let now = now_ms();
             while let Some((&(at, id), ())) = due.first_key_value() {
@@ -227,7 +265,8 @@ impl Daemon {
                 dirty.extend_from_slice(&followed.printing);
             }
             if !to_look.is_empty() {
-                let started = self.look_at(fd.get_ref(), &mut followed, &to_look, now);
+                let started =
+                    self.look_at(fd.get_ref(), &mut followed, &to_look, now, follower_started);
                 for (id, at) in started {
                     due.insert((at, id), ());
                 }
@@ -242,17 +281,28 @@ impl Daemon {
                     continue;
                 };
                 let read = f.read_new(&mut buf);
+                let mut printed = read > 0;
                 if followed.after_read(fd.get_ref(), id, read)
                     && let Some(f) = followed.jobs.get_mut(&id)
                 {
                     let read = f.read_new(&mut buf);
+                    printed |= read > 0;
                     followed.after_read(fd.get_ref(), id, read);
                 }
                 let Some(f) = followed.jobs.get_mut(&id) else {
                     continue;
                 };
-                let alerts = f.watch.check(&f.scanner.so_far(), now, &f.policy);
-                for alert in alerts {
+                if printed {
+                    f.watch.output_at(now);
+                }
+                let has_gpus = f.has_gpus;
+                let alerts = f.watch.check(&f.scanner.so_far(), now, &f.policy, || {
+                    self.gpus_of(id, has_gpus)
+                });
+                for mut alert in alerts {
+                    if alert.detector == Detector::Stall {
+                        alert.evidence = last_line(&f.files);
+                    }
                     self.raise_alert(id, f, alert, now);
                 }
             }
@@ -310,13 +360,29 @@ impl Daemon {
                         }
                     }
                 }
-                // An error's grace period, a job's time to be followed, or the period of the
-                // jobs printing came (the loop's top reads those).
-                _ = sleep => dirty.extend(
-                    followed.jobs.iter().filter(|(_, f)| f.watch.next_check(&f.policy).is_some()).map(|(id, _)| *id)
-                ),
+                // An error's grace period, a silence long enough to look at, a job's time to be
+                // followed, or the period of the jobs printing came (the loop's top reads those).
+                _ = sleep => {
+                    let now = now_ms();
+                    dirty.extend(
+                        followed
+                            .jobs
+                            .iter()
+                            .filter(|(_, f)| f.watch.next_check(&f.policy).is_some_and(|at| at <= now))
+                            .map(|(id, _)| *id),
+                    );
+                }
             }
         }
+    }
+
+    /// The GPUs of running job `id` as the monitor saw them, for the quiet detectors.
+    fn gpus_of(&self, id: JobId, has_gpus: bool) -> Gpus {
+        if !has_gpus {
+            return Gpus::NoGpus;
+        }
+        let idle_at = self.config.waste.idle_job.max_util;
+        Gpus::IdleSince(self.lock().monitor.idle_since(id, idle_at))
     }
 
     /// The jobs running now.
@@ -339,6 +405,7 @@ impl Daemon {
         followed: &mut Following,
         ids: &[JobId],
         now: Millis,
+        follower_started: Millis,
     ) -> Vec<(JobId, Millis)> {
         let mut later = Vec::new();
         for &id in ids {
@@ -350,7 +417,14 @@ impl Daemon {
                     .filter(|j| j.state() == JobState::Running)
                     .map(|j| {
                         let started = j.started_at().unwrap_or_else(now_ms);
-                        (j.attempt(), started, j.name.clone(), j.stop_on.clone())
+                        let has_gpus = !j.gpus().is_empty();
+                        (
+                            j.attempt(),
+                            started,
+                            j.name.clone(),
+                            j.stop_on.clone(),
+                            has_gpus,
+                        )
                     })
             };
             let same = match (&running, followed.jobs.get(&id)) {
@@ -361,7 +435,7 @@ impl Daemon {
                 continue;
             }
             followed.remove(fd, id);
-            let Some((attempt, started_at, name, stop_on)) = running else {
+            let Some((attempt, started_at, name, stop_on, has_gpus)) = running else {
                 continue;
             };
             if started_at + FOLLOW_AFTER_MS > now {
@@ -398,7 +472,8 @@ impl Daemon {
                     wd: Some(wd),
                     streams: [None, None],
                     scanner: OutputScanner::following(),
-                    watch: Watch::resume(raised),
+                    watch: Watch::resume(raised, started_at.max(follower_started)),
+                    has_gpus,
                     policy: self.config.midrun.with_stop_on(&stop_on),
                 },
             );

@@ -50,6 +50,20 @@ pub(super) struct MonitorState {
 }
 
 impl MonitorState {
+    /// Since when running job `id`'s GPUs have been at or under `idle_at` percent (their mean)
+    /// at each sample, without a break (`None`: busy at the last sample, its utilisation unknown, or
+    /// not sampled yet): what the stall and finished-but-alive detectors ask (`midrun`).
+    pub(super) fn idle_since(&self, id: JobId, idle_at: f64) -> Option<Millis> {
+        let mut since = None;
+        for point in self.jobs.get(&id)?.newest_first() {
+            match point.util {
+                Some(util) if f64::from(util) <= idle_at => since = Some(point.at),
+                _ => break,
+            }
+        }
+        since
+    }
+
     pub(super) fn new(config: baton_core::waste::WasteConfig) -> MonitorState {
         MonitorState {
             engine: baton_core::waste::WasteEngine::new(config),

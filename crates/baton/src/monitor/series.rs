@@ -41,6 +41,11 @@ impl Ring {
         self.points.push_back(p);
     }
 
+    /// The points, newest first.
+    pub fn newest_first(&self) -> impl Iterator<Item = &Point> {
+        self.points.iter().rev()
+    }
+
     /// The points at or after `since`.
     pub fn since(&self, since: Millis) -> impl Iterator<Item = &Point> {
         self.points.iter().filter(move |p| p.at >= since)

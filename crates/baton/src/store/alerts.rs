@@ -162,6 +162,7 @@ mod tests {
             rate_limited: false,
             seen_at: 5,
             evidence: "loss=nan".into(),
+            quiet: None,
         }
     }
 
