@@ -1,8 +1,9 @@
 //! What following a running job's output costs per byte: the follower's scanner
 //! (`OutputScanner::following`) against the end report's full scan (`OutputScanner::new`), over
-//! 64 KiB reads of training-log-shaped output.
+//! 64 KiB reads of training-log-shaped output, and of a follower waiting for a milestone.
 //! `cargo bench -p baton-core --bench follow`; results in docs/benchmarks.md.
 
+use baton_core::midrun::Milestones;
 use baton_core::report::{OutputScanner, Stream};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
@@ -71,6 +72,15 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 following.feed(Stream::Stdout, &bytes);
                 following.so_far()
+            })
+        });
+        // A job that asked to be woken at a milestone it has not reached: every line parsed.
+        let milestone = Milestones::parse(&[], &["val_acc>=0.99".into()]).expect("valid");
+        let mut awaiting = OutputScanner::with_milestones(&milestone).expect("valid");
+        group.bench_function(format!("{name} / following, a milestone to meet"), |b| {
+            b.iter(|| {
+                awaiting.feed(Stream::Stdout, &bytes);
+                awaiting.so_far()
             })
         });
     }

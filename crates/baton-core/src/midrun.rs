@@ -31,7 +31,33 @@ pub enum Detector {
     /// The output said the work is done, and the process then stays alive, quiet, its GPUs
     /// idle, for `finished_grace`.
     FinishedButAlive,
+    /// The submitter's milestone number N+1 (`--wake-on`, then `--wake-when`, in the order
+    /// given): a line that matched it.
+    Milestone(u8),
 }
+
+/// The most milestones one job may ask for.
+pub const MAX_MILESTONES: usize = 16;
+
+/// Milestones' names as stored and shown (`milestone-1`, ...).
+const MILESTONE_NAMES: [&str; MAX_MILESTONES] = [
+    "milestone-1",
+    "milestone-2",
+    "milestone-3",
+    "milestone-4",
+    "milestone-5",
+    "milestone-6",
+    "milestone-7",
+    "milestone-8",
+    "milestone-9",
+    "milestone-10",
+    "milestone-11",
+    "milestone-12",
+    "milestone-13",
+    "milestone-14",
+    "milestone-15",
+    "milestone-16",
+];
 
 impl Detector {
     pub const ALL: [Detector; 4] = [
@@ -47,10 +73,15 @@ impl Detector {
             Detector::Error => "error",
             Detector::Stall => "stall",
             Detector::FinishedButAlive => "finished-but-alive",
+            Detector::Milestone(i) => MILESTONE_NAMES[(i as usize).min(MAX_MILESTONES - 1)],
         }
     }
 
+    /// A detector by its name, milestones included (as the store keeps them).
     pub fn parse(text: &str) -> Option<Detector> {
+        if let Some(i) = MILESTONE_NAMES.iter().position(|n| *n == text) {
+            return Some(Detector::Milestone(i as u8));
+        }
         Detector::ALL.into_iter().find(|d| d.as_str() == text)
     }
 }
@@ -160,6 +191,8 @@ impl Policy {
                 Detector::Error => policy.error = Some(Action::Stop),
                 Detector::Stall => policy.stall = Some(Action::Stop),
                 Detector::FinishedButAlive => policy.finished = Some(Action::Stop),
+                // A milestone is what the submitter wants to hear of: it wakes.
+                Detector::Milestone(_) => {}
             }
         }
         policy
@@ -171,12 +204,171 @@ impl Policy {
             Detector::Error => self.error,
             Detector::Stall => self.stall,
             Detector::FinishedButAlive => self.finished,
+            Detector::Milestone(_) => Some(Action::Wake),
         }
     }
 
     /// The silence that is a stall for a job whose longest gap so far was `longest_gap`.
     pub fn stall_threshold(&self, longest_gap: Millis) -> Millis {
         self.stall_after_ms.max(longest_gap.saturating_mul(3))
+    }
+}
+
+/// What a submitter asked to be woken for while its job runs: a line matching a pattern
+/// (`--wake-on REGEX`), a parsed metric meeting a condition (`--wake-when 'val_acc>=0.9'`).
+/// Each wakes once per attempt, at the first line that shows it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Milestones {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wake_on: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wake_when: Vec<Condition>,
+}
+
+impl Milestones {
+    pub fn is_empty(&self) -> bool {
+        self.wake_on.is_empty() && self.wake_when.is_empty()
+    }
+
+    /// Checks and builds them from what the submitter typed; the error says what is wrong
+    /// with which one.
+    pub fn parse(wake_on: &[String], wake_when: &[String]) -> Result<Milestones, String> {
+        if wake_on.len() + wake_when.len() > MAX_MILESTONES {
+            return Err(format!(
+                "{} milestones asked for (--wake-on and --wake-when together); at most \
+                 {MAX_MILESTONES}",
+                wake_on.len() + wake_when.len()
+            ));
+        }
+        for pattern in wake_on {
+            compile(pattern)?;
+        }
+        let wake_when = wake_when
+            .iter()
+            .map(|c| Condition::parse(c))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Milestones {
+            wake_on: wake_on.to_vec(),
+            wake_when,
+        })
+    }
+
+    /// Milestone `i` as the submitter gave it (`--wake-on 'Epoch 2 done'`).
+    pub fn describe(&self, i: usize) -> String {
+        match self.wake_on.get(i) {
+            Some(pattern) => format!("--wake-on '{pattern}'"),
+            None => match self.wake_when.get(i - self.wake_on.len()) {
+                Some(c) => format!("--wake-when '{}'", c.text()),
+                None => format!("milestone {}", i + 1),
+            },
+        }
+    }
+}
+
+/// A `--wake-on` pattern compiled, bounded in size so that no pattern costs the daemon much.
+pub(crate) fn compile(pattern: &str) -> Result<regex::Regex, String> {
+    if pattern.is_empty() {
+        return Err("--wake-on '': an empty pattern matches every line".into());
+    }
+    regex::RegexBuilder::new(pattern)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| format!("--wake-on '{pattern}': {e}"))
+}
+
+/// A condition on a parsed metric: `val_acc>=0.9`, `epoch>=1`, `loss<0.1`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Condition {
+    /// As the metric parser names it (`Epoch 3/10` is `epoch`); matched ignoring case.
+    pub metric: String,
+    pub op: Comparison,
+    pub value: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Comparison {
+    #[serde(rename = ">=")]
+    AtLeast,
+    #[serde(rename = ">")]
+    Above,
+    #[serde(rename = "<=")]
+    AtMost,
+    #[serde(rename = "<")]
+    Below,
+    #[serde(rename = "==")]
+    Equal,
+}
+
+impl Comparison {
+    const ALL: [(Comparison, &'static str); 5] = [
+        (Comparison::AtLeast, ">="),
+        (Comparison::AtMost, "<="),
+        (Comparison::Equal, "=="),
+        (Comparison::Above, ">"),
+        (Comparison::Below, "<"),
+    ];
+
+    fn as_str(self) -> &'static str {
+        Comparison::ALL
+            .iter()
+            .find(|(c, _)| *c == self)
+            .map_or("?", |(_, s)| s)
+    }
+}
+
+impl Condition {
+    pub fn parse(text: &str) -> Result<Condition, String> {
+        let bad = |why: &str| {
+            Err(format!(
+                "--wake-when '{text}': {why}; expected METRIC OP NUMBER with OP one of >=, >, \
+                 <=, <, == (e.g. 'val_acc>=0.9', 'epoch>=1')"
+            ))
+        };
+        let Some((at, op, sign)) = Comparison::ALL
+            .iter()
+            .filter_map(|(op, sign)| text.find(sign).map(|at| (at, *op, *sign)))
+            .min_by_key(|(at, _, sign)| (*at, std::cmp::Reverse(sign.len())))
+        else {
+            return bad("no comparison");
+        };
+        let metric = text[..at].trim();
+        let number = text[at + sign.len()..].trim();
+        if metric.is_empty()
+            || !metric
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '/' | '.' | '-'))
+        {
+            return bad("the metric must be a name like val_acc or train/loss");
+        }
+        let Ok(value) = number.parse::<f64>() else {
+            return bad(&format!("{number:?} is not a number"));
+        };
+        if !value.is_finite() {
+            return bad("the number must be finite");
+        }
+        Ok(Condition {
+            metric: metric.to_string(),
+            op,
+            value,
+        })
+    }
+
+    pub fn text(&self) -> String {
+        format!("{}{}{}", self.metric, self.op.as_str(), self.value)
+    }
+
+    /// Whether a value printed for the metric meets it.
+    pub fn holds(&self, printed: &str) -> bool {
+        let Ok(v) = printed.trim_end_matches('%').parse::<f64>() else {
+            return false;
+        };
+        match self.op {
+            Comparison::AtLeast => v >= self.value,
+            Comparison::Above => v > self.value,
+            Comparison::AtMost => v <= self.value,
+            Comparison::Below => v < self.value,
+            Comparison::Equal => v == self.value,
+        }
     }
 }
 
@@ -277,6 +469,14 @@ impl Watch {
             };
             if now - since >= policy.error_grace_ms
                 && let Some(alert) = self.raise(Detector::Error, line, since, now, policy)
+            {
+                due.push(alert);
+            }
+        }
+        for (i, hit) in seen.milestones.iter().enumerate() {
+            if let Some(line) = hit
+                && let Some(alert) =
+                    self.raise(Detector::Milestone(i as u8), line, now, now, policy)
             {
                 due.push(alert);
             }
@@ -387,6 +587,8 @@ pub struct AlertFacts<'a> {
     pub job: u64,
     pub name: &'a str,
     pub started_at: Millis,
+    /// What its submitter asked to be woken for (a milestone's alert names it).
+    pub milestones: &'a Milestones,
 }
 
 /// Why a job stopped by `detector` ended (its `reason`).
@@ -398,6 +600,7 @@ pub fn stop_reason(detector: Detector) -> String {
             Detector::Error => "it printed an error and kept running",
             Detector::Stall => "it stalled (no output, its GPUs idle)",
             Detector::FinishedButAlive => "it said it had finished but kept running, idle",
+            Detector::Milestone(_) => "it reached a milestone",
         },
         detector.as_str()
     )
@@ -420,6 +623,7 @@ pub fn headline(alert: &Alert) -> String {
         Detector::FinishedButAlive => {
             format!("it said it had finished and has not exited: {quiet}")
         }
+        Detector::Milestone(_) => "it reached a milestone you asked for".into(),
     }
 }
 
@@ -438,11 +642,25 @@ pub fn message(facts: &AlertFacts<'_>, alert: &Alert, at_text: &str) -> String {
     } else {
         ""
     };
-    let _ = writeln!(
-        out,
-        "Job {job} ({name}) is still running, but {} ({when}{at_text}, {into_run} into the run).",
-        headline(alert)
-    );
+    match alert.detector {
+        Detector::Milestone(i) => {
+            let asked = sanitize_line(facts.milestones.describe(i as usize).as_bytes());
+            let asked: String = asked.chars().take(200).collect();
+            let _ = writeln!(
+                out,
+                "Job {job} ({name}) is still running and reached what you asked to be woken \
+                 for: {asked} ({at_text}, {into_run} into the run)."
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "Job {job} ({name}) is still running, but {} ({when}{at_text}, {into_run} into \
+                 the run).",
+                headline(alert)
+            );
+        }
+    }
     if let (Detector::Stall, Some(q)) = (alert.detector, alert.quiet) {
         let _ = writeln!(
             out,
@@ -498,6 +716,7 @@ mod tests {
             non_finite_loss: nan.map(str::to_string),
             error: error.map(str::to_string),
             finished: None,
+            milestones: Vec::new(),
         }
     }
 
@@ -746,6 +965,7 @@ mod tests {
                 job: 4,
                 name: "train",
                 started_at: 0,
+                milestones: &Milestones::default(),
             },
             &alerts[0],
             "14:02 UTC",
@@ -775,6 +995,7 @@ mod tests {
             job: 9,
             name: "ddp",
             started_at: 0,
+            milestones: &Milestones::default(),
         };
         let text = message(&facts, &alert, "14:02 UTC");
         assert!(
@@ -797,6 +1018,98 @@ mod tests {
     }
 
     #[test]
+    fn milestones_are_checked_when_asked_for_and_say_what_is_wrong() {
+        let m = Milestones::parse(
+            &["Epoch \\d+ done".into()],
+            &[
+                "val_acc>=0.9".into(),
+                "Epoch >= 1".into(),
+                "loss<0.1".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(m.wake_when[0].metric, "val_acc");
+        assert_eq!(m.wake_when[0].op, Comparison::AtLeast);
+        assert_eq!(m.wake_when[1].metric, "Epoch");
+        assert_eq!(m.wake_when[2].op, Comparison::Below);
+        assert!(m.wake_when[0].holds("0.9") && !m.wake_when[0].holds("0.89"));
+        assert!(m.wake_when[0].holds("91%") == (91.0 >= 0.9));
+        assert!(!m.wake_when[2].holds("nan"));
+        assert_eq!(m.describe(0), "--wake-on 'Epoch \\d+ done'");
+        assert_eq!(m.describe(1), "--wake-when 'val_acc>=0.9'");
+        for (on, when, says) in [
+            (
+                vec!["(".to_string()],
+                vec![],
+                "--wake-on '(': regex parse error",
+            ),
+            (
+                vec![String::new()],
+                vec![],
+                "an empty pattern matches every line",
+            ),
+            (
+                vec![],
+                vec!["val_acc=>0.9".into()],
+                "expected METRIC OP NUMBER",
+            ),
+            (
+                vec![],
+                vec!["val_acc>=high".into()],
+                "\"high\" is not a number",
+            ),
+            (vec![], vec![">=1".into()], "the metric must be a name"),
+            (vec![], vec!["x>=1".into(); 17], "at most 16"),
+        ] {
+            let err = Milestones::parse(&on, &when).unwrap_err();
+            assert!(err.contains(says), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_milestone_wakes_once_and_its_message_names_what_was_asked() {
+        let milestones = Milestones::parse(&[], &["val_acc>=0.9".into()]).unwrap();
+        let policy = Policy {
+            wakes_per_hour: 0,
+            ..Policy::default()
+        };
+        let mut watch = Watch::resume(Vec::new(), 0);
+        let hit = SoFar {
+            milestones: vec![Some("epoch 3 val_acc=0.91".into())],
+            ..SoFar::default()
+        };
+        let alerts = watch.check(&hit, 5000, &policy, busy);
+        assert_eq!(alerts.len(), 1);
+        assert_eq!(alerts[0].detector, Detector::Milestone(0));
+        assert_eq!(alerts[0].detector.as_str(), "milestone-1");
+        assert_eq!(Detector::parse("milestone-1"), Some(Detector::Milestone(0)));
+        assert_eq!(
+            alerts[0].action,
+            Action::Note,
+            "rate-limited like any alert"
+        );
+        assert!(watch.check(&hit, 6000, &policy, busy).is_empty(), "once");
+        let text = message(
+            &AlertFacts {
+                job: 3,
+                name: "train",
+                started_at: 0,
+                milestones: &milestones,
+            },
+            &alerts[0],
+            "14:02 UTC",
+        );
+        assert!(
+            text.contains(
+                "Job 3 (train) is still running and reached what you asked to be woken for: \
+                 --wake-when 'val_acc>=0.9' (14:02 UTC, 5s into the run)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("epoch 3 val_acc=0.91"), "{text}");
+    }
+
+    #[test]
     fn the_message_is_short_fenced_and_names_the_commands() {
         let alert = Alert {
             detector: Detector::Nan,
@@ -810,6 +1123,7 @@ mod tests {
             job: 12,
             name: "train\u{1b}[31m",
             started_at: 0,
+            milestones: &Milestones::default(),
         };
         let text = message(&facts, &alert, "14:02 UTC");
         assert!(text.len() <= MESSAGE_MAX, "{}", text.len());

@@ -166,6 +166,14 @@ struct SubmitJobArgs {
     /// "finished-but-alive" (it said it finished, then sits idle without exiting).
     #[serde(default)]
     stop_on: Vec<String>,
+    /// Wake you while it runs at the first output line matching each regex (e.g.
+    /// "Epoch \\d+ done"), once each: a decision point mid-run.
+    #[serde(default)]
+    wake_on: Vec<String>,
+    /// Wake you while it runs when a printed metric first meets each condition, e.g.
+    /// "val_acc>=0.9", "epoch>=1" (METRIC OP NUMBER; OP one of >=, >, <=, <, ==), once each.
+    #[serde(default)]
+    wake_when: Vec<String>,
     /// Labels, e.g. {"protect": "true"}.
     #[serde(default)]
     tags: BTreeMap<String, String>,
@@ -1081,6 +1089,8 @@ impl BatonTools {
             hold: args.hold,
             stdin: None,
             stop_on: args.stop_on,
+            wake_on: args.wake_on,
+            wake_when: args.wake_when,
             time_limit_ms,
             retries: args.retries.unwrap_or(0),
             tags: args.tags,

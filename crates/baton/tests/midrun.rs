@@ -262,6 +262,64 @@ fn a_quiet_job_on_an_idle_gpu_stalls_one_busy_on_it_does_not_and_one_that_finish
     );
 }
 
+/// `--wake-on` and `--wake-when`: the submitter is woken once for each, at the first line that
+/// shows it, while the job runs on; a bad one is refused and nothing is queued.
+#[test]
+fn milestones_the_submitter_asked_for_wake_it_once_each_while_the_job_runs() {
+    let b = Baton::start(1);
+    let (channel, path) = inbox(&b);
+    let id = b.submit_sh(
+        &[
+            "--notify",
+            &channel,
+            "--wake-on",
+            r"Epoch \d+ done",
+            "--wake-when",
+            "val_acc>=0.9",
+        ],
+        "echo 'epoch 1 val_acc=0.71'; sleep 1.5; echo 'epoch 2 val_acc=0.93'; \
+         echo 'epoch 3 val_acc=0.95'; echo 'Epoch 3 done'; echo 'Epoch 4 done'; sleep 60",
+    );
+    let alerts = delivered_alerts(&b, id, 2);
+    assert_eq!(b.state(id), "running");
+    let by = |detector: &str| {
+        alerts
+            .iter()
+            .find(|a| a["detector"] == detector)
+            .unwrap_or_else(|| panic!("no {detector} alert: {alerts:#?}"))
+    };
+    assert_eq!(by("milestone-1")["evidence"], "Epoch 3 done");
+    assert_eq!(by("milestone-2")["evidence"], "epoch 2 val_acc=0.93");
+    wait_contains(&path, &alert_end(id));
+    let text = read(&path);
+    assert!(
+        text.contains(
+            "is still running and reached what you asked to be woken for: --wake-when \
+             'val_acc>=0.9'"
+        ),
+        "{text}"
+    );
+    assert!(text.contains(r"--wake-on 'Epoch \d+ done'"), "{text}");
+    b.run(&["cancel", &id.to_string()]).expect(0);
+    wait_contains(&path, &report_end(id));
+    assert_eq!(read(&path).matches(&alert_end(id)).count(), 2);
+
+    for (flag, value, says) in [
+        ("--wake-when", "val_acc=>0.9", "expected METRIC OP NUMBER"),
+        ("--wake-on", "(", "--wake-on '(': regex parse error"),
+    ] {
+        let out = b.run(&["submit", flag, value, "--", "true"]);
+        assert_eq!(out.code, 2, "{out:?}");
+        assert!(out.stderr.contains(says), "{out:?}");
+    }
+    let listed = b.run(&["status", "--all", "--json"]).expect(0).json();
+    assert_eq!(
+        listed.as_array().map(Vec::len),
+        Some(1),
+        "nothing more queued"
+    );
+}
+
 #[test]
 fn a_restart_neither_repeats_nor_loses_an_alert() {
     let mut b = Baton::with_config(2, "[midrun]\nerror_grace = \"1s\"\n");

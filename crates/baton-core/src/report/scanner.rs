@@ -13,10 +13,11 @@
 use super::candidates;
 use super::metrics::{MetricTable, for_each_metric};
 use super::sanitize::{clip_in_place, prefix_chars, sanitize_into};
-use super::search::find_either;
+use super::search::{contains_ignore_case, find_either};
 use super::signals::{classify, is_loss_key, is_non_finite, says_non_finite};
 use super::traceback::{TracebackLine, TracebackParser};
 use super::{OutputSummary, PythonException, Stream, StreamSummary, TAIL_LINE_CHARS, TAIL_LINES};
+use crate::midrun::{Condition, Milestones};
 use crate::units::format_size;
 
 /// The most bytes of one line that are looked at; the rest is counted and dropped.
@@ -52,6 +53,30 @@ impl OutputScanner {
             following: true,
             ..Self::default()
         }
+    }
+
+    /// A following scanner that also looks for the submitter's milestones on every line until
+    /// each has been seen (those lines are then all parsed: a job that asked for milestones
+    /// costs the follower what a full scan does, until they are met). The error names the
+    /// pattern that does not compile (`Milestones::parse` checked it before).
+    pub fn with_milestones(milestones: &Milestones) -> Result<Self, String> {
+        let mut scanner = Self::following();
+        if milestones.is_empty() {
+            return Ok(scanner);
+        }
+        let patterns = milestones
+            .wake_on
+            .iter()
+            .map(|p| crate::midrun::compile(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let count = patterns.len() + milestones.wake_when.len();
+        scanner.analysis.milestones = Some(MilestoneScan {
+            patterns,
+            conditions: milestones.wake_when.clone(),
+            hits: vec![None; count],
+            open: count,
+        });
+        Ok(scanner)
     }
 
     /// Feeds raw bytes of one stream, in any chunking (a line may span many calls; the two
@@ -91,7 +116,13 @@ impl OutputScanner {
         let (whole, rest) = bytes.split_at(whole_end);
         let mut at = 0;
         while at < whole.len() {
-            let start = if self.analysis.tracebacks[i].inside() {
+            let every_line = self.analysis.tracebacks[i].inside()
+                || self
+                    .analysis
+                    .milestones
+                    .as_ref()
+                    .is_some_and(|m| m.open > 0);
+            let start = if every_line {
                 at
             } else {
                 match candidates::first(&whole[at..]) {
@@ -147,6 +178,12 @@ impl OutputScanner {
             non_finite_loss: f.non_finite_loss.clone(),
             error,
             finished: f.finished.clone(),
+            milestones: self
+                .analysis
+                .milestones
+                .as_ref()
+                .map(|m| m.hits.clone())
+                .unwrap_or_default(),
         }
     }
 
@@ -191,6 +228,8 @@ pub struct SoFar {
     /// The first line that said the work is done ("Training finished", Hugging Face's and
     /// Lightning's end lines).
     pub finished: Option<String>,
+    /// For each milestone of [`OutputScanner::with_milestones`], the first line that showed it.
+    pub milestones: Vec<Option<String>>,
 }
 
 /// Cuts one stream into lines. A carriage return not followed by a newline means the terminal
@@ -411,6 +450,46 @@ struct Analysis {
     pending_loss: [Option<String>; 2],
     /// Reused for lines that need sanitizing before they can be parsed.
     scratch: String,
+    /// The submitter's milestones, while one is still to be seen.
+    milestones: Option<MilestoneScan>,
+}
+
+/// The milestones a following scanner looks for on every line, and the first line of each.
+#[derive(Debug)]
+struct MilestoneScan {
+    patterns: Vec<regex::Regex>,
+    conditions: Vec<Condition>,
+    /// One per milestone: patterns first, then conditions.
+    hits: Vec<Option<String>>,
+    /// Milestones not yet seen.
+    open: usize,
+}
+
+impl MilestoneScan {
+    fn line(&mut self, text: &str) {
+        for (i, pattern) in self.patterns.iter().enumerate() {
+            if self.hits[i].is_none() && pattern.is_match(text) {
+                store_line(&mut self.hits[i], text);
+                self.open -= 1;
+            }
+        }
+        let offset = self.patterns.len();
+        for (j, condition) in self.conditions.iter().enumerate() {
+            let hit = &mut self.hits[offset + j];
+            let metric = condition.metric.to_ascii_lowercase();
+            if hit.is_some() || !contains_ignore_case(text.as_bytes(), metric.as_bytes()) {
+                continue;
+            }
+            let mut holds = false;
+            for_each_metric(text, |key, value| {
+                holds |= key.eq_ignore_ascii_case(&condition.metric) && condition.holds(value);
+            });
+            if holds {
+                store_line(hit, text);
+                self.open -= 1;
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -433,6 +512,7 @@ impl Analysis {
             findings,
             pending_loss,
             scratch,
+            milestones,
         } = self;
         let pending = &mut pending_loss[stream.index()];
         // Most lines are plain text and are parsed in place; the rest are cleaned first so
@@ -444,6 +524,11 @@ impl Analysis {
                 scratch.as_str()
             }
         };
+        if let Some(milestones) = milestones
+            && milestones.open > 0
+        {
+            milestones.line(text);
+        }
         let signals = classify(text.as_bytes());
 
         let place = tracebacks[stream.index()].line(text, &signals);
@@ -792,6 +877,34 @@ mod tests {
         "a line with no end",
         "\n",
     ];
+
+    #[test]
+    fn a_following_scanner_finds_the_milestones_in_any_chunking() {
+        let milestones = Milestones::parse(
+            &["Epoch \\d+ done".into()],
+            &["val_acc>=0.9".into(), "epoch>=2".into()],
+        )
+        .unwrap();
+        let output = "step 1 loss=0.5 val_acc=0.5\nINFO \x1b[32mEpoch 1 done\x1b[0m\n\
+                      {'val_acc': 0.93, 'epoch': 1}\nEpoch 2/10 loss=0.2\nval_acc=0.95\n";
+        for cut in [1, 2, 7, 64, output.len()] {
+            let mut scanner = OutputScanner::with_milestones(&milestones).unwrap();
+            for chunk in output.as_bytes().chunks(cut) {
+                scanner.feed(Stream::Stdout, chunk);
+            }
+            assert_eq!(
+                scanner.so_far().milestones,
+                vec![
+                    Some("INFO Epoch 1 done".to_string()),
+                    Some("{'val_acc': 0.93, 'epoch': 1}".to_string()),
+                    Some("Epoch 2/10 loss=0.2".to_string()),
+                ],
+                "cut every {cut} bytes"
+            );
+        }
+        let none = OutputScanner::with_milestones(&Milestones::default()).unwrap();
+        assert!(none.so_far().milestones.is_empty());
+    }
 
     proptest::proptest! {
         /// A following scanner tells what a full one does, after every chunk, whatever the

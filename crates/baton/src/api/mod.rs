@@ -78,6 +78,13 @@ pub struct SubmitRequest {
     /// (`--stop-on`), instead of waking its submitter and letting it run.
     #[serde(default)]
     pub stop_on: Vec<String>,
+    /// Wake its submitter, while it runs, at the first line matching each pattern
+    /// (`--wake-on REGEX`) and the first parsed metric meeting each condition (`--wake-when
+    /// 'val_acc>=0.9'`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wake_on: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wake_when: Vec<String>,
     #[serde(default)]
     pub time_limit_ms: Option<i64>,
     #[serde(default)]
@@ -123,6 +130,8 @@ impl std::fmt::Debug for SubmitRequest {
             hold,
             stdin,
             stop_on,
+            wake_on,
+            wake_when,
             time_limit_ms,
             retries,
             tags,
@@ -149,6 +158,8 @@ impl std::fmt::Debug for SubmitRequest {
             .field("hold", hold)
             .field("stdin", stdin)
             .field("stop_on", stop_on)
+            .field("wake_on", wake_on)
+            .field("wake_when", wake_when)
             .field("time_limit_ms", time_limit_ms)
             .field("retries", retries)
             .field("tags", tags)

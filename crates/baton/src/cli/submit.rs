@@ -69,6 +69,14 @@ pub struct Args {
     /// it finished, then idles without exiting). Comma-separated or repeated.
     #[arg(long = "stop-on", value_delimiter = ',', value_name = "DETECTOR")]
     stop_on: Vec<String>,
+    /// Wake you while it runs at the first line of its output matching REGEX (Rust regex
+    /// syntax, e.g. 'Epoch \d+ done'), once. Repeatable.
+    #[arg(long = "wake-on", value_name = "REGEX")]
+    wake_on: Vec<String>,
+    /// Wake you while it runs when a metric it prints first meets COND: METRIC OP NUMBER with
+    /// OP one of >=, >, <=, <, == (e.g. 'val_acc>=0.9', 'epoch>=1'), once. Repeatable.
+    #[arg(long = "wake-when", value_name = "COND")]
+    wake_when: Vec<String>,
     /// Wall-clock limit, e.g. 90m, 2h, 1h30m, 01:30:00. The job ends `timeout` when it passes.
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     time_limit: Option<i64>,
@@ -186,6 +194,8 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         hold: args.hold,
         stdin: args.stdin.clone(),
         stop_on: args.stop_on.clone(),
+        wake_on: args.wake_on,
+        wake_when: args.wake_when,
         time_limit_ms: args.time_limit,
         retries: args.retries,
         tags: args.tags.into_iter().collect::<BTreeMap<_, _>>(),

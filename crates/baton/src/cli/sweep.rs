@@ -213,6 +213,8 @@ fn sweep_request(
         hold: false,
         stdin: None,
         stop_on: Vec::new(),
+        wake_on: Vec::new(),
+        wake_when: Vec::new(),
         time_limit_ms: spec.time_limit,
         retries: spec.retries,
         tags: Default::default(),

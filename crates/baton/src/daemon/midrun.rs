@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::lifecycle::Transition;
-use baton_core::midrun::{self, Action, Alert, AlertFacts, Detector, Gpus, Watch};
+use baton_core::midrun::{self, Action, Alert, AlertFacts, Detector, Gpus, Milestones, Watch};
 use baton_core::report::{OutputScanner, Stream};
 use baton_core::{JobId, JobState, Millis};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
@@ -169,6 +169,8 @@ struct Followed {
     watch: Watch,
     /// Whether it holds GPUs (the quiet detectors then need them idle too).
     has_gpus: bool,
+    /// What its submitter asked to be woken for (`--wake-on`, `--wake-when`).
+    milestones: Milestones,
     /// The daemon's policy with the job's own `--stop-on`.
     policy: midrun::Policy,
 }
@@ -422,7 +424,7 @@ impl Daemon {
                             j.attempt(),
                             started,
                             j.name.clone(),
-                            j.stop_on.clone(),
+                            (j.stop_on.clone(), j.wake.clone()),
                             has_gpus,
                         )
                     })
@@ -435,7 +437,7 @@ impl Daemon {
                 continue;
             }
             followed.remove(fd, id);
-            let Some((attempt, started_at, name, stop_on, has_gpus)) = running else {
+            let Some((attempt, started_at, name, (stop_on, milestones), has_gpus)) = running else {
                 continue;
             };
             if started_at + FOLLOW_AFTER_MS > now {
@@ -450,6 +452,11 @@ impl Daemon {
                     continue;
                 }
             };
+            // Checked at submission; a pattern this build cannot compile is followed without.
+            let scanner = OutputScanner::with_milestones(&milestones).unwrap_or_else(|e| {
+                tracing::warn!(job = id.0, "its milestones are not watched: {e}");
+                OutputScanner::following()
+            });
             // After a restart: what this attempt raised already is not raised again.
             let raised = match self.lock().jobs.store().alerts(id) {
                 Ok(alerts) => alerts
@@ -471,9 +478,10 @@ impl Daemon {
                     files,
                     wd: Some(wd),
                     streams: [None, None],
-                    scanner: OutputScanner::following(),
+                    scanner,
                     watch: Watch::resume(raised, started_at.max(follower_started)),
                     has_gpus,
+                    milestones,
                     policy: self.config.midrun.with_stop_on(&stop_on),
                 },
             );
@@ -505,6 +513,7 @@ impl Daemon {
             job: id.0,
             name: &f.name,
             started_at: f.started_at,
+            milestones: &f.milestones,
         };
         let message = midrun::message(&facts, &alert, &at_text);
         // Stored before it is committed: the outbox may send it (naming the file) at once.

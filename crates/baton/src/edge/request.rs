@@ -44,6 +44,9 @@ pub struct Job {
     pub stdin: Option<PathBuf>,
     /// Mid-run detectors that end it as failed (`--stop-on`).
     pub stop_on: Vec<String>,
+    /// Milestones that wake its submitter while it runs (`--wake-on`, `--wake-when`).
+    pub wake_on: Vec<String>,
+    pub wake_when: Vec<String>,
     pub time_limit_ms: Option<i64>,
     pub retries: u32,
     pub tags: BTreeMap<String, String>,
@@ -82,6 +85,8 @@ pub fn submit_request(job: Job, context: AgentContext) -> Result<SubmitRequest, 
             None => None,
         },
         stop_on: job.stop_on,
+        wake_on: job.wake_on,
+        wake_when: job.wake_when,
         time_limit_ms: job.time_limit_ms,
         retries: job.retries,
         tags: job.tags,

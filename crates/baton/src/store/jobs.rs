@@ -55,6 +55,8 @@ pub struct JobRecord {
     pub stdin: Option<String>,
     /// The mid-run detectors that stop it as failed (`--stop-on`).
     pub stop_on: Vec<baton_core::midrun::Detector>,
+    /// What its submitter asked to be woken for while it runs (`--wake-on`, `--wake-when`).
+    pub wake: baton_core::midrun::Milestones,
     /// Its place in a sweep or array (`submit --array/--sweep`).
     pub sweep: Option<SweepRun>,
     /// The parameters it runs with: a sweep's run's, or a workflow matrix task's.
@@ -88,6 +90,7 @@ pub struct NewJob {
     pub begin_at: Option<Millis>,
     pub stdin: Option<String>,
     pub stop_on: Vec<baton_core::midrun::Detector>,
+    pub wake: baton_core::midrun::Milestones,
     /// Queued held by this user (`submit --hold`).
     pub held_by: Option<String>,
     pub sweep: Option<SweepRun>,
@@ -131,6 +134,7 @@ impl std::fmt::Debug for JobRecord {
             begin_at,
             stdin,
             stop_on,
+            wake,
             sweep,
             params,
             life,
@@ -160,6 +164,7 @@ impl std::fmt::Debug for JobRecord {
             .field("begin_at", begin_at)
             .field("stdin", stdin)
             .field("stop_on", stop_on)
+            .field("wake", wake)
             .field("sweep", sweep)
             .field("params", params)
             .field("life", life)
@@ -192,6 +197,7 @@ impl std::fmt::Debug for NewJob {
             begin_at,
             stdin,
             stop_on,
+            wake,
             held_by,
             sweep,
             params,
@@ -219,6 +225,7 @@ impl std::fmt::Debug for NewJob {
             .field("begin_at", begin_at)
             .field("stdin", stdin)
             .field("stop_on", stop_on)
+            .field("wake", wake)
             .field("held_by", held_by)
             .field("sweep", sweep)
             .field("params", params)
@@ -290,6 +297,7 @@ impl JobRecord {
             begin_at,
             stdin,
             stop_on,
+            wake,
             sweep,
             params,
             life,
@@ -319,6 +327,7 @@ impl JobRecord {
             begin_at: *begin_at,
             stdin: stdin.clone(),
             stop_on: stop_on.clone(),
+            wake: wake.clone(),
             sweep: *sweep,
             params: params.clone(),
             life: life.clone(),
@@ -520,6 +529,7 @@ impl NewJob {
             begin_at: None,
             stdin: None,
             stop_on: Vec::new(),
+            wake: Default::default(),
             held_by: None,
             sweep: None,
             params: Vec::new(),
@@ -578,6 +588,7 @@ columns!(
         params,
         stop_on,
         stop_reason,
+        wake,
     }
 );
 
@@ -627,6 +638,7 @@ impl Store {
             begin_at: job.begin_at,
             stdin: job.stdin.clone(),
             stop_on: job.stop_on.clone(),
+            wake: job.wake.clone(),
             sweep: job.sweep,
             params: job.params.clone(),
             life: submitted_life(job),
@@ -990,9 +1002,9 @@ pub(super) fn insert_job(
         "INSERT INTO jobs (name, state, command, cwd, env, owner_uid, owner, priority, \
          gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus, umask, \
          notify, session, workflow_id, task, critical_path_ms, cpus, mem, begin_at, stdin, held_by, \
-         reason, sweep_id, sweep_index, params, stop_on) \
+         reason, sweep_id, sweep_index, params, stop_on, wake) \
          VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]', ?15, ?16, ?17, \
-         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
+         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)",
     )?
     .execute(params![
         default_name(job),
@@ -1025,6 +1037,7 @@ pub(super) fn insert_job(
         job.sweep.as_ref().map(|s| s.index),
         (!job.params.is_empty()).then(|| json(&job.params)),
         stop_on_text(&job.stop_on),
+        (!job.wake.is_empty()).then(|| json(&job.wake)),
     ])?;
     let id = tx.last_insert_rowid() as u64;
     log_event(tx, id, job.submitted_at, "submitted", &job.owner)?;
@@ -1164,6 +1177,10 @@ fn read_row(r: &Row<'_>, c: &JobColumns) -> rusqlite::Result<Result<JobRecord, S
             begin_at: r.get(c.begin_at)?,
             stdin: r.get(c.stdin)?,
             stop_on: stop_on_of(r.get::<_, Option<String>>(c.stop_on)?.as_deref()),
+            wake: match r.get::<_, Option<String>>(c.wake)? {
+                Some(t) => serde_json::from_str(&t).map_err(|e| corrupt(format!("wake: {e}")))?,
+                None => Default::default(),
+            },
             sweep: match r.get::<_, Option<i64>>(c.sweep_id)? {
                 Some(sweep) => Some(SweepRun {
                     id: sweep as u64,
@@ -1426,6 +1443,9 @@ mod tests {
         assert_eq!(job.state(), JobState::Queued);
         assert_eq!(job.request, ResourceRequest::shared(2, 8 << 30));
         assert_eq!(job.deps[0].kind, DepKind::Any);
+        let read = store.get(job.id).unwrap().unwrap();
+        assert_eq!(read.wake.wake_on, [r"Epoch \d+ done"], "milestones kept");
+        assert_eq!(read.wake.wake_when[0].text(), "val_acc>=0.9");
 
         let (running, _) = store.apply(&job, &start(&[0, 1], 2_000), 2_000).unwrap();
         assert_eq!(store.get(job.id).unwrap().unwrap(), running);

@@ -200,6 +200,11 @@ mod tests {
             begin_at: Some(5_000),
             stdin: Some("/tmp/input.txt".into()),
             stop_on: vec![baton_core::midrun::Detector::Nan],
+            wake: baton_core::midrun::Milestones::parse(
+                &["Epoch \\d+ done".into()],
+                &["val_acc>=0.9".into()],
+            )
+            .expect("valid milestones"),
             held_by: None,
             sweep: None,
             params: Vec::new(),

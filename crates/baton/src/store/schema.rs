@@ -207,6 +207,9 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE deliveries ADD COLUMN alert_id INTEGER;
     ALTER TABLE jobs ADD COLUMN stop_on TEXT;
     ALTER TABLE jobs ADD COLUMN stop_reason TEXT;",
+    // 16: what a job's submitter asked to be woken for while it runs (`--wake-on`,
+    // `--wake-when`), as JSON; NULL for nothing.
+    "ALTER TABLE jobs ADD COLUMN wake TEXT;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

@@ -120,6 +120,8 @@ fn submission_of(job: &JobRecord, req: ResubmitRequest) -> SubmitRequest {
         // The same input; not its hold or its begin time, which were about the first run.
         stdin: job.stdin.clone(),
         stop_on: job.stop_on.iter().map(|d| d.as_str().to_string()).collect(),
+        wake_on: job.wake.wake_on.clone(),
+        wake_when: job.wake.wake_when.iter().map(|c| c.text()).collect(),
         ..SubmitRequest::default()
     }
 }

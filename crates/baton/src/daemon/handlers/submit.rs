@@ -315,6 +315,8 @@ pub(super) fn validate(
         }
     }
     let stop_on = stop_on(&req.stop_on)?;
+    let wake = baton_core::midrun::Milestones::parse(&req.wake_on, &req.wake_when)
+        .map_err(ApiError::BadRequest)?;
     let owner = users::name_of(peer.uid);
     let (env, notify) =
         env_and_channels(daemon, peer, req.env, &req.notify, &req.context, &req.cwd)?;
@@ -323,6 +325,7 @@ pub(super) fn validate(
         begin_at: req.begin_at_ms,
         stdin: req.stdin,
         stop_on,
+        wake,
         held_by: req.hold.then(|| owner.clone()),
         sweep: None,
         params: Vec::new(),

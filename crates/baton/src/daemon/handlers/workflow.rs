@@ -141,6 +141,7 @@ pub async fn submit(
                     begin_at: None,
                     stdin: None,
                     stop_on: Vec::new(),
+                    wake: Default::default(),
                     held_by: None,
                     sweep: None,
                     params: task.params.clone(),
