@@ -336,6 +336,36 @@ fn a_sweep_file_queues_the_product_and_ranks_by_its_rank_by() {
     assert!(text.contains("best loss 0.13 at lr=1 bs=3"), "{text}");
 }
 
+/// A sweep file's `stop_on` is each run's `--stop-on`: a run whose loss turns NaN is stopped.
+#[test]
+fn a_sweep_files_stop_on_stops_a_run_whose_loss_turns_nan() {
+    let b = Baton::start(2);
+    std::fs::write(
+        b.path("nan.yaml"),
+        "sweep:\n  \
+           command: \"echo 'step 3 loss=nan'; sleep 60\"\n  \
+           array: 0-1\n  \
+           stop_on: [nan]\n",
+    )
+    .unwrap();
+    let out = b.run(&["sweep", "submit", "nan.yaml"]).expect(0);
+    let id: u64 = out
+        .stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{out:?}"));
+    let out = b.run(&["sweep", "wait", &id.to_string()]);
+    assert_eq!(out.code, 1, "the runs failed: {out:?}");
+    for job in status(&b, id)["jobs"].as_array().unwrap() {
+        let job = b.job(job.as_u64().unwrap());
+        assert_eq!(job["state"], "failed", "{job:#}");
+        assert_eq!(
+            job["reason"], "stopped by baton: its loss became NaN or infinite (--stop-on nan)",
+            "{job:#}"
+        );
+    }
+}
+
 #[test]
 fn a_bad_sweep_file_is_refused_at_its_line_and_column_and_queues_nothing() {
     let b = Baton::start(1);

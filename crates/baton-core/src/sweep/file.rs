@@ -75,6 +75,7 @@ pub const KEYS: &[&str] = &[
     "rank_by",
     "on_failure",
     "notify_each",
+    "stop_on",
 ];
 
 /// A parsed, checked sweep file: what `baton submit`'s flags would have said.
@@ -100,6 +101,8 @@ pub struct SweepFile {
     /// `continue` or `stop`.
     pub on_failure: Option<String>,
     pub notify_each: bool,
+    /// `--stop-on`: the mid-run detectors that end a run as failed (names checked).
+    pub stop_on: Vec<String>,
 }
 
 /// The runs a sweep file asks for: the forms of `--sweep`, `--sweep-file` and `--array`.
@@ -306,6 +309,24 @@ pub fn parse(text: &str) -> Result<SweepFile, SweepFileError> {
             format!("{on_failure:?}: use continue (the default) or stop"),
         ));
     }
+    for name in &raw.stop_on {
+        if crate::midrun::Detector::ALL
+            .iter()
+            .all(|d| d.as_str() != name.as_str())
+        {
+            let known: Vec<&str> = crate::midrun::Detector::ALL
+                .iter()
+                .map(|d| d.as_str())
+                .collect();
+            return Err(bad(
+                "stop_on",
+                format!(
+                    "{name:?}: no such detector (there are: {})",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
     check_placeholders(text, &command, &runs, key_at("command"), key_at("runs"))?;
 
     Ok(SweepFile {
@@ -325,6 +346,7 @@ pub fn parse(text: &str) -> Result<SweepFile, SweepFileError> {
         rank_by: raw.rank_by,
         on_failure: raw.on_failure,
         notify_each: raw.notify_each,
+        stop_on: raw.stop_on,
     })
 }
 
@@ -442,7 +464,7 @@ struct RawFile {
     deny_unknown_fields,
     expecting = "a sweep: a mapping with `command`, one of `parameters`, `runs` or `array`, and \
                  optionally name, gpus, gpu_mem, cpus, mem, time_limit, retries, priority, env, \
-                 cwd, max_parallel, rank_by, on_failure, notify_each"
+                 cwd, max_parallel, rank_by, on_failure, notify_each, stop_on"
 )]
 struct RawSweep {
     name: Option<String>,
@@ -463,6 +485,7 @@ struct RawSweep {
     rank_by: Option<String>,
     on_failure: Option<String>,
     notify_each: bool,
+    stop_on: Vec<String>,
 }
 
 /// `parameters:` in the order written, each with its values as text; checked as read, so that a

@@ -212,7 +212,7 @@ fn sweep_request(
         begin_at_ms: None,
         hold: false,
         stdin: None,
-        stop_on: Vec::new(),
+        stop_on: spec.stop_on,
         wake_on: Vec::new(),
         wake_when: Vec::new(),
         time_limit_ms: spec.time_limit,

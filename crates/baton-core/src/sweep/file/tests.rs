@@ -37,7 +37,8 @@ fn a_grid_file_means_what_the_flags_mean() {
            max_parallel: 2\n  \
            rank_by: loss:min\n  \
            on_failure: stop\n  \
-           notify_each: true\n",
+           notify_each: true\n  \
+           stop_on: [nan, stall]\n",
     )
     .unwrap();
     assert_eq!(file.name.as_deref(), Some("lr-bs"));
@@ -71,6 +72,7 @@ fn a_grid_file_means_what_the_flags_mean() {
     assert_eq!(file.rank_by.as_deref(), Some("loss:min"));
     assert_eq!(file.on_failure.as_deref(), Some("stop"));
     assert!(file.notify_each);
+    assert_eq!(file.stop_on, strings(&["nan", "stall"]));
 }
 
 #[test]
@@ -366,6 +368,11 @@ fn bad_values_are_placed_at_their_key() {
         &format!("{base}  on_failure: halt\n"),
         "4:3:",
         "on_failure: \"halt\": use continue",
+    );
+    assert_err(
+        &format!("{base}  stop_on: [nan, stal]\n"),
+        "4:3:",
+        "stop_on: \"stal\": no such detector (there are: nan, error, stall, finished-but-alive)",
     );
     assert_err(
         &format!("{base}  name: \"\"\n"),
