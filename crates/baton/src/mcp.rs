@@ -562,8 +562,9 @@ impl BatonTools {
 
     #[tool(
         description = "One job's current state (queued, running, succeeded, failed, cancelled, \
-        timeout), why it waits or how it ended, its GPUs and times. Use once when you need it; \
-        never in a loop: the end of a job comes to you as a report.",
+        timeout), why it waits or how it ended, its GPUs and times, its progress and ETA while \
+        it runs (from the counters it prints), and its mid-run alerts. Use once when you need \
+        it; never in a loop: the end of a job comes to you as a report.",
         input_schema = input_schema::<JobIdArgs>()
     )]
     async fn job_status(&self, args: JsonObject) -> Result<CallToolResult, ErrorData> {
@@ -574,7 +575,7 @@ impl BatonTools {
         Ok(match self.call(move |c| c.list(&[args.id], false)).await {
             Ok(jobs) => match jobs.into_iter().next() {
                 Some(job) => {
-                    let alerts = present::alert_lines(&job);
+                    let alerts = present::progress_line(&job) + &present::alert_lines(&job);
                     let text = match alerts.trim_end() {
                         "" => present::summary(&job),
                         alerts => format!("{}\n{alerts}", present::summary(&job)),

@@ -320,6 +320,58 @@ fn milestones_the_submitter_asked_for_wake_it_once_each_while_the_job_runs() {
     );
 }
 
+/// Waits until `baton status ID --json` shows the job's progress; returns it.
+#[track_caller]
+fn progress_of(b: &Baton, id: u64, counters: &str) -> Value {
+    let until = std::time::Instant::now() + common::DEADLINE;
+    loop {
+        let job = b.job(id);
+        if job["progress"]["counters"] == counters {
+            return job["progress"].clone();
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "job {id}: {job:#}\n{}",
+            b.daemon_log()
+        );
+        std::thread::sleep(common::POLL);
+    }
+}
+
+/// A running job's counters (`step N/M`, a tqdm bar) are its progress: `baton status`, its
+/// JSON and MCP show how far it is and the time left at its pace so far.
+#[test]
+fn a_running_jobs_counters_and_bars_are_its_progress_and_eta() {
+    let b = Baton::start(1);
+    let steps = b.submit_sh(
+        &[],
+        "i=1; while [ $i -le 250 ]; do echo \"step $i/1000 loss=0.3\"; i=$((i+1)); done; sleep 60",
+    );
+    let bar = b.submit_sh(
+        &[],
+        "printf '\\r 10%%|#         | 1/10 [00:01<00:09]' >&2; \
+         printf '\\r 40%%|####      | 4/10 [00:04<00:06]\\r' >&2; sleep 60",
+    );
+    let progress = progress_of(&b, steps, "step 250/1000");
+    assert_eq!(progress["fraction"], 0.25);
+    let left = progress["remaining_ms"].as_i64().expect("an estimate");
+    assert!(left > 0, "{progress:#}");
+    assert!(progress["eta"].as_str().is_some(), "{progress:#}");
+    let text = b.run(&["status", &steps.to_string()]).expect(0).stdout;
+    assert!(
+        text.contains(&format!("job {steps} progress: step 250/1000 (25%); about")),
+        "{text}"
+    );
+    assert!(text.contains(", 25%, "), "the TIME column: {text}");
+    let progress = progress_of(&b, bar, "bar 4/10");
+    assert_eq!(progress["fraction"], 0.4);
+    for id in [steps, bar] {
+        b.run(&["cancel", &id.to_string()]).expect(0);
+    }
+    b.wait(&[steps, bar], "30s");
+    assert!(b.job(steps).get("progress").is_none(), "only while it runs");
+}
+
 #[test]
 fn a_restart_neither_repeats_nor_loses_an_alert() {
     let mut b = Baton::with_config(2, "[midrun]\nerror_grace = \"1s\"\n");

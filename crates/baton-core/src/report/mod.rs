@@ -21,6 +21,7 @@ mod cause;
 mod efficiency;
 mod markdown;
 mod metrics;
+pub mod progress;
 mod sanitize;
 mod scanner;
 mod search;

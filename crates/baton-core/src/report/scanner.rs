@@ -12,6 +12,7 @@
 
 use super::candidates;
 use super::metrics::{MetricTable, for_each_metric};
+use super::progress::Progress;
 use super::sanitize::{clip_in_place, prefix_chars, sanitize_into};
 use super::search::{contains_ignore_case, find_either};
 use super::signals::{classify, is_loss_key, is_non_finite, says_non_finite};
@@ -36,6 +37,8 @@ pub struct OutputScanner {
     analysis: Analysis,
     /// Made by [`OutputScanner::following`]: only what [`OutputScanner::so_far`] tells is kept.
     following: bool,
+    /// The latest counters a following scanner saw (`progress`).
+    progress: Progress,
 }
 
 impl OutputScanner {
@@ -100,6 +103,7 @@ impl OutputScanner {
     /// always; the whole lines between them are searched for candidates at once, and only the
     /// lines holding one (and every line while a traceback is read) are split and analysed.
     fn feed_following(&mut self, stream: Stream, mut bytes: &[u8]) {
+        self.progress.read_tail(bytes);
         let i = stream.index();
         self.streams[i].bytes += bytes.len() as u64;
         let splitter = &mut self.splitters[i];
@@ -141,6 +145,12 @@ impl OutputScanner {
         }
         let analysis = &mut self.analysis;
         self.splitters[i].push(rest, |line, _| analysis.line(stream, line));
+    }
+
+    /// How far the job has got, from the counters at the end of what a following scanner was
+    /// fed (a full scanner keeps none).
+    pub fn progress(&self) -> Progress {
+        self.progress
     }
 
     /// Says that the first `bytes` bytes of `stream` were not fed (the caller only scans the last

@@ -339,6 +339,26 @@ pub struct JobView {
     /// id (`baton status ID`, MCP `job_status`), and only to whoever may act on it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alerts: Vec<AlertView>,
+    /// How far a running job has got, from the counters it prints (`step 400/1000`, a tqdm
+    /// bar), and when it should end at the pace so far: only a job baton follows, once it
+    /// printed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressView>,
+}
+
+/// A running job's progress (`JobView::progress`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProgressView {
+    /// The counters it printed last, most telling first: `step 400/1000, epoch 2/10`.
+    pub counters: String,
+    /// 0 to 1, by its steps, else its epochs, else its bar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fraction: Option<f64>,
+    /// The time left at the pace so far, and when that is (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta: Option<String>,
 }
 
 /// A mid-run alert (`baton_core::midrun`) of a job, and how its deliveries went.

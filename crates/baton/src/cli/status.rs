@@ -168,6 +168,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             print!("{}", present::job_table(&shown));
         }
         for job in &shown {
+            if !args.ids.is_empty() {
+                print!("{}", present::progress_line(job));
+            }
             print!("{}", present::alert_lines(job));
         }
         for sweep in &lines {

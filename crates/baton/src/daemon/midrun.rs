@@ -21,12 +21,14 @@ use std::time::Duration;
 
 use baton_core::lifecycle::Transition;
 use baton_core::midrun::{self, Action, Alert, AlertFacts, Detector, Gpus, Milestones, Watch};
+use baton_core::report::progress::Progress;
 use baton_core::report::{OutputScanner, Stream};
 use baton_core::{JobId, JobState, Millis};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use tokio::io::unix::AsyncFd;
 
 use super::{Daemon, now_ms};
+use crate::api::ProgressView;
 use crate::executor::JobFiles;
 use crate::store::AlertRecord;
 
@@ -171,6 +173,8 @@ struct Followed {
     has_gpus: bool,
     /// What its submitter asked to be woken for (`--wake-on`, `--wake-when`).
     milestones: Milestones,
+    /// How far it had got at the last read, as the views were told.
+    progress: Progress,
     /// The daemon's policy with the job's own `--stop-on`.
     policy: midrun::Policy,
 }
@@ -296,6 +300,11 @@ impl Daemon {
                 };
                 if printed {
                     f.watch.output_at(now);
+                    let progress = f.scanner.progress();
+                    if progress != f.progress {
+                        f.progress = progress;
+                        self.set_progress(id, Some(progress));
+                    }
                 }
                 let has_gpus = f.has_gpus;
                 let alerts = f.watch.check(&f.scanner.so_far(), now, &f.policy, || {
@@ -378,6 +387,38 @@ impl Daemon {
         }
     }
 
+    /// How far running job `job` has got and when it should end, as its output says; `None`
+    /// for a job not followed or that printed no counter.
+    pub(crate) fn progress_view(&self, job: &crate::store::JobRecord) -> Option<ProgressView> {
+        if job.state() != JobState::Running {
+            return None;
+        }
+        let progress = *self.progress.lock().ok()?.get(&job.id)?;
+        let now = now_ms();
+        let remaining_ms = progress.remaining_ms(now - job.started_at()?);
+        Some(ProgressView {
+            counters: progress.describe(),
+            fraction: progress.fraction(),
+            remaining_ms,
+            eta: remaining_ms.map(|left| super::views::rfc3339(now + left)),
+        })
+    }
+
+    /// Records how far job `id` has got (`None`: it is no longer followed).
+    fn set_progress(&self, id: JobId, progress: Option<Progress>) {
+        let Ok(mut map) = self.progress.lock() else {
+            return;
+        };
+        match progress {
+            Some(p) if !p.is_empty() => {
+                map.insert(id, p);
+            }
+            _ => {
+                map.remove(&id);
+            }
+        }
+    }
+
     /// The GPUs of running job `id` as the monitor saw them, for the quiet detectors.
     fn gpus_of(&self, id: JobId, has_gpus: bool) -> Gpus {
         if !has_gpus {
@@ -437,6 +478,7 @@ impl Daemon {
                 continue;
             }
             followed.remove(fd, id);
+            self.set_progress(id, None);
             let Some((attempt, started_at, name, (stop_on, milestones), has_gpus)) = running else {
                 continue;
             };
@@ -482,6 +524,7 @@ impl Daemon {
                     watch: Watch::resume(raised, started_at.max(follower_started)),
                     has_gpus,
                     milestones,
+                    progress: Progress::default(),
                     policy: self.config.midrun.with_stop_on(&stop_on),
                 },
             );

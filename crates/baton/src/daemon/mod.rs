@@ -160,6 +160,9 @@ pub struct Daemon {
     /// How many ended jobs the store holds (the default `status` view says how many it leaves
     /// out): counted once at startup, then kept up as jobs end and retention removes them.
     ended_jobs: std::sync::atomic::AtomicU64,
+    /// How far each followed job has got (`midrun` writes it, the views read it): its own
+    /// small lock, so that a status never waits on the follower or the follower on the daemon.
+    progress: Mutex<HashMap<JobId, baton_core::report::progress::Progress>>,
 }
 
 /// What the daemon's lock guards. The backends (`crate::executor`) work on it too.
@@ -285,6 +288,7 @@ impl Daemon {
             readers,
             retention: Default::default(),
             ended_jobs,
+            progress: Mutex::new(HashMap::new()),
         }))
     }
 

@@ -93,6 +93,7 @@ pub fn job_view(job: &JobRecord) -> JobView {
         sweep_index: job.sweep.as_ref().map(|r| r.index),
         private: false,
         alerts: Vec::new(),
+        progress: None,
     }
 }
 

@@ -41,7 +41,8 @@ pub fn elapsed(job: &JobView) -> String {
     ms.map(format_duration).unwrap_or_default()
 }
 
-/// The TIME column: how long it has waited, has run, or ran, said in so many words.
+/// The TIME column: how long it has waited, has run, or ran, said in so many words; for a
+/// running job that prints its progress, how far it is and how long it has left.
 pub fn time_column(job: &JobView) -> String {
     let took = elapsed(job);
     let what = match (job.state, &job.started_at) {
@@ -49,7 +50,37 @@ pub fn time_column(job: &JobView) -> String {
         (_, Some(_)) if job.state.is_terminal() => "ran",
         _ => "waited",
     };
-    format!("{what} {took}")
+    let mut text = format!("{what} {took}");
+    if let Some(p) = &job.progress {
+        if let Some(f) = p.fraction {
+            text.push_str(&format!(", {:.0}%", f * 100.0));
+        }
+        if let Some(left) = p.remaining_ms {
+            text.push_str(&format!(", {} left", format_duration(left)));
+        }
+    }
+    text
+}
+
+/// A running job's progress, one line under the table (a job asked for by id): the counters it
+/// printed, how far that is, and when it should end at the pace so far.
+pub fn progress_line(job: &JobView) -> String {
+    let Some(p) = &job.progress else {
+        return String::new();
+    };
+    let mut line = format!("job {} progress: {}", job.id, terminal_safe(&p.counters));
+    if let Some(f) = p.fraction {
+        line.push_str(&format!(" ({:.0}%)", f * 100.0));
+    }
+    match (&p.remaining_ms, &p.eta) {
+        (Some(left), Some(eta)) => line.push_str(&format!(
+            "; about {} left at its pace so far (by {eta})",
+            format_duration(*left)
+        )),
+        _ => line.push_str("; no estimate of its end yet"),
+    }
+    line.push('\n');
+    line
 }
 
 /// What the job asked for: `2`, `1x8GiB`, or `-` for none.

@@ -193,6 +193,7 @@ impl Daemon {
         for &i in &active {
             if let Some(live) = inner.jobs.get(jobs[i].id) {
                 views[i] = shown_view(&inner.jobs, peer, live);
+                views[i].progress = self.progress_view(live);
             } // else it ended since the reader looked: as read
         }
         drop(inner);
@@ -222,6 +223,7 @@ impl Daemon {
             match inner.jobs.lookup(*id)? {
                 Some(job) => {
                     let mut view = shown_view(&inner.jobs, peer, &job);
+                    view.progress = self.progress_view(&job);
                     if peer.may_act_on(&job) {
                         view.alerts = alert_views(inner.jobs.store(), &self.files(*id), *id)?;
                     }
