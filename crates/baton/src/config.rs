@@ -50,6 +50,9 @@ pub struct MidrunSettings {
     pub finished_but_alive: DetectorSetting,
     #[serde(with = "baton_core::units::serde_duration")]
     pub finished_grace: Millis,
+    /// The shortest `--wake-every` a job may ask for.
+    #[serde(with = "baton_core::units::serde_duration")]
+    pub min_wake_every: Millis,
     pub wakes_per_hour: u32,
 }
 
@@ -73,6 +76,7 @@ impl Default for MidrunSettings {
             stall_after: policy.stall_after_ms,
             finished_but_alive: DetectorSetting::Note,
             finished_grace: policy.finished_grace_ms,
+            min_wake_every: 10 * 60_000,
             wakes_per_hour: policy.wakes_per_hour,
         }
     }
@@ -96,6 +100,7 @@ impl MidrunSettings {
             stall_after_ms: self.stall_after,
             finished: action(self.finished_but_alive),
             finished_grace_ms: self.finished_grace,
+            wake_every_ms: None,
         }
     }
 }

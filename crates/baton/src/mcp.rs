@@ -174,6 +174,10 @@ struct SubmitJobArgs {
     /// "val_acc>=0.9", "epoch>=1" (METRIC OP NUMBER; OP one of >=, >, <=, <, ==), once each.
     #[serde(default)]
     wake_when: Vec<String>,
+    /// A short progress digest this often while it runs, e.g. "2h" (at least the daemon's
+    /// minimum, 10m by default).
+    #[serde(default)]
+    wake_every: Option<String>,
     /// Labels, e.g. {"protect": "true"}.
     #[serde(default)]
     tags: BTreeMap<String, String>,
@@ -1054,6 +1058,10 @@ impl BatonTools {
             Some(text) => Some(parse_size(text).map_err(|e| format!("mem: {e}"))?),
             None => None,
         };
+        let wake_every_ms = match &args.wake_every {
+            Some(text) => Some(parse_duration(text).map_err(|e| format!("wake_every: {e}"))?),
+            None => None,
+        };
         let time_limit_ms = match &args.time_limit {
             Some(text) => Some(parse_duration(text).map_err(|e| format!("time_limit: {e}"))?),
             None => None,
@@ -1092,6 +1100,7 @@ impl BatonTools {
             stop_on: args.stop_on,
             wake_on: args.wake_on,
             wake_when: args.wake_when,
+            wake_every_ms,
             time_limit_ms,
             retries: args.retries.unwrap_or(0),
             tags: args.tags,

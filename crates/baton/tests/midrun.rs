@@ -372,6 +372,72 @@ fn a_running_jobs_counters_and_bars_are_its_progress_and_eta() {
     assert!(b.job(steps).get("progress").is_none(), "only while it runs");
 }
 
+/// `--wake-every`: a digest each period (how far the job is, its last line), each its own alert;
+/// and a stall is raised again once the job printed again and fell quiet again.
+#[test]
+fn digests_come_every_period_and_a_stall_rearms_after_the_job_prints_again() {
+    let b = Baton::with_config(
+        2,
+        "[midrun]\nmin_wake_every = \"1s\"\nstall_after = \"1s\"\n",
+    );
+    let (channel, path) = inbox(&b);
+    let digests = b.submit_sh(
+        &["--notify", &channel, "--wake-every", "2s"],
+        "i=1; while [ $i -le 100 ]; do echo \"step $i/100 loss=0.5\"; i=$((i+1)); sleep 0.3; done",
+    );
+    let stalls = b.submit_sh(
+        &["--notify", &channel],
+        "echo 'step 1 loss=0.9'; sleep 6; echo 'step 2 loss=0.8'; sleep 60",
+    );
+    let alerts = delivered_alerts(&b, digests, 2);
+    assert!(
+        alerts.iter().all(|a| a["detector"] == "digest"),
+        "{alerts:#?}"
+    );
+    assert_eq!(
+        (alerts[0]["seq"].as_u64(), alerts[1]["seq"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert!(
+        alerts[1]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("alert-1.digest-2.md"),
+        "{alerts:#?}"
+    );
+    let text = read(&path);
+    assert!(
+        text.contains("here is the progress digest you asked for"),
+        "{text}"
+    );
+    assert!(text.contains("Progress: step "), "{text}");
+    assert!(text.contains("/100 ("), "{text}");
+    assert!(
+        text.contains("The next digest comes in 2s (--wake-every)"),
+        "{text}"
+    );
+
+    let alerts = delivered_alerts(&b, stalls, 2);
+    assert!(
+        alerts.iter().all(|a| a["detector"] == "stall"),
+        "{alerts:#?}"
+    );
+    assert_eq!(alerts[0]["evidence"], "step 1 loss=0.9");
+    assert_eq!(alerts[1]["evidence"], "step 2 loss=0.8");
+    assert_eq!(alerts[1]["seq"], 2);
+
+    let out = b.run(&["submit", "--wake-every", "500ms", "--", "true"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("--wake-every 500ms: shorter than this daemon allows (1s"),
+        "{out:?}"
+    );
+    for id in [digests, stalls] {
+        b.run(&["cancel", &id.to_string()]).expect(0);
+    }
+}
+
 #[test]
 fn a_restart_neither_repeats_nor_loses_an_alert() {
     let mut b = Baton::with_config(2, "[midrun]\nerror_grace = \"1s\"\n");

@@ -113,6 +113,25 @@ impl Progress {
             .then(|| (ran_ms.max(0) as f64 * (1.0 - f) / f).round() as Millis)
     }
 
+    /// `step 400/1000 (40%); about 3m00s left at its pace so far`, for a job that has run
+    /// `ran_ms`; `None` when it printed no counter.
+    pub fn summary(&self, ran_ms: Millis) -> Option<String> {
+        if self.is_empty() {
+            return None;
+        }
+        let mut text = self.describe();
+        if let Some(f) = self.fraction() {
+            text.push_str(&format!(" ({:.0}%)", f * 100.0));
+        }
+        if let Some(left) = self.remaining_ms(ran_ms) {
+            text.push_str(&format!(
+                "; about {} left at its pace so far",
+                crate::units::format_duration(left)
+            ));
+        }
+        Some(text)
+    }
+
     /// `step 400/1000, epoch 2/10`: what it printed, most telling first.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();

@@ -85,6 +85,9 @@ pub struct SubmitRequest {
     pub wake_on: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wake_when: Vec<String>,
+    /// A short progress digest this often while it runs (`--wake-every`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_every_ms: Option<i64>,
     #[serde(default)]
     pub time_limit_ms: Option<i64>,
     #[serde(default)]
@@ -132,6 +135,7 @@ impl std::fmt::Debug for SubmitRequest {
             stop_on,
             wake_on,
             wake_when,
+            wake_every_ms,
             time_limit_ms,
             retries,
             tags,
@@ -160,6 +164,7 @@ impl std::fmt::Debug for SubmitRequest {
             .field("stop_on", stop_on)
             .field("wake_on", wake_on)
             .field("wake_when", wake_when)
+            .field("wake_every_ms", wake_every_ms)
             .field("time_limit_ms", time_limit_ms)
             .field("retries", retries)
             .field("tags", tags)
@@ -365,8 +370,12 @@ pub struct ProgressView {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AlertView {
     pub attempt: u32,
-    /// `nan`, `error`.
+    /// `nan`, `error`, `stall`, `finished-but-alive`, `milestone-N`, `digest`.
     pub detector: String,
+    /// Its number among the attempt's alerts of this detector, from 1 (a stall raised again
+    /// after the job printed again, each digest).
+    #[serde(default = "one")]
+    pub seq: u32,
     /// `wake` (sent through the job's channels) or `note` (recorded only).
     pub action: String,
     /// When what it tells of was first seen (RFC 3339).
@@ -376,6 +385,10 @@ pub struct AlertView {
     /// Where its message is stored.
     pub path: String,
     pub deliveries: Vec<AlertDelivery>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// One channel an alert went to.

@@ -165,6 +165,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         retries: settings.retries,
         sweeps: settings.sweeps.clone(),
         midrun: settings.midrun.policy(),
+        min_wake_every: settings.midrun.min_wake_every,
         connections: settings.limits.connection_limits(),
         limits: settings.limits,
     };

@@ -77,6 +77,10 @@ pub struct Args {
     /// OP one of >=, >, <=, <, == (e.g. 'val_acc>=0.9', 'epoch>=1'), once. Repeatable.
     #[arg(long = "wake-when", value_name = "COND")]
     wake_when: Vec<String>,
+    /// Wake you this often while it runs with a short digest (how far it is, its ETA, its last
+    /// line), e.g. 2h (at least the daemon's `[midrun] min_wake_every`, default 10m).
+    #[arg(long = "wake-every", value_parser = parse_duration, value_name = "DUR")]
+    wake_every: Option<i64>,
     /// Wall-clock limit, e.g. 90m, 2h, 1h30m, 01:30:00. The job ends `timeout` when it passes.
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     time_limit: Option<i64>,
@@ -196,6 +200,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         stop_on: args.stop_on.clone(),
         wake_on: args.wake_on,
         wake_when: args.wake_when,
+        wake_every_ms: args.wake_every,
         time_limit_ms: args.time_limit,
         retries: args.retries,
         tags: args.tags.into_iter().collect::<BTreeMap<_, _>>(),

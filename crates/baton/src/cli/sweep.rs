@@ -215,6 +215,7 @@ fn sweep_request(
         stop_on: spec.stop_on,
         wake_on: Vec::new(),
         wake_when: Vec::new(),
+        wake_every_ms: None,
         time_limit_ms: spec.time_limit,
         retries: spec.retries,
         tags: Default::default(),

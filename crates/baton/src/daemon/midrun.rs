@@ -48,10 +48,17 @@ const RESUME_TAIL: u64 = 8 << 20;
 
 /// Where an alert's message is stored (`BATON_REPORT` for a `cmd:` channel): one file per
 /// attempt and detector, as there is one alert.
-pub(crate) fn alert_path(files: &JobFiles, attempt: u32, detector: midrun::Detector) -> PathBuf {
-    files
-        .dir
-        .join(format!("alert-{attempt}.{}.md", detector.as_str()))
+pub(crate) fn alert_path(
+    files: &JobFiles,
+    attempt: u32,
+    detector: midrun::Detector,
+    seq: u32,
+) -> PathBuf {
+    let name = match seq {
+        0 | 1 => format!("alert-{attempt}.{}.md", detector.as_str()),
+        n => format!("alert-{attempt}.{}-{n}.md", detector.as_str()),
+    };
+    files.dir.join(name)
 }
 
 /// Whether an inotify event is about the job's output (not its supervisor's record, say).
@@ -311,7 +318,7 @@ impl Daemon {
                     self.gpus_of(id, has_gpus)
                 });
                 for mut alert in alerts {
-                    if alert.detector == Detector::Stall {
+                    if matches!(alert.detector, Detector::Stall | Detector::Digest) {
                         alert.evidence = last_line(&f.files);
                     }
                     self.raise_alert(id, f, alert, now);
@@ -494,6 +501,11 @@ impl Daemon {
                     continue;
                 }
             };
+            let policy = self
+                .config
+                .midrun
+                .with_stop_on(&stop_on)
+                .with_digest(milestones.wake_every_ms);
             // Checked at submission; a pattern this build cannot compile is followed without.
             let scanner = OutputScanner::with_milestones(&milestones).unwrap_or_else(|e| {
                 tracing::warn!(job = id.0, "its milestones are not watched: {e}");
@@ -525,7 +537,7 @@ impl Daemon {
                     has_gpus,
                     milestones,
                     progress: Progress::default(),
-                    policy: self.config.midrun.with_stop_on(&stop_on),
+                    policy,
                 },
             );
         }
@@ -557,10 +569,11 @@ impl Daemon {
             name: &f.name,
             started_at: f.started_at,
             milestones: &f.milestones,
+            progress: f.progress.summary(now - f.started_at),
         };
         let message = midrun::message(&facts, &alert, &at_text);
         // Stored before it is committed: the outbox may send it (naming the file) at once.
-        let path = alert_path(&f.files, f.attempt, alert.detector);
+        let path = alert_path(&f.files, f.attempt, alert.detector, alert.seq);
         if let Err(e) = crate::report::write_whole(&path, message.as_bytes()) {
             tracing::warn!(job = id.0, "cannot store {}: {e}", path.display());
         }

@@ -72,6 +72,8 @@ pub struct Config {
     pub sweeps: crate::config::SweepSettings,
     /// The detectors that follow a running job's output (`[midrun]`).
     pub midrun: baton_core::midrun::Policy,
+    /// The shortest `--wake-every` a job may ask for (`[midrun] min_wake_every`).
+    pub min_wake_every: Millis,
     /// What users of a shared daemon may ask for (`[limits]`).
     pub limits: crate::config::LimitSettings,
     /// What one connection may hold and for how long (`[limits]`).
@@ -99,6 +101,7 @@ impl Config {
             retries: Default::default(),
             sweeps: Default::default(),
             midrun: Default::default(),
+            min_wake_every: 10 * 60_000,
             limits: Default::default(),
             connections: crate::config::LimitSettings::default().connection_limits(),
             host: crate::config::ResourceSettings::default()

@@ -336,8 +336,12 @@ impl Daemon {
                 let stored = self.lock().jobs.store().alert(alert).ok().flatten();
                 let outcome = match stored {
                     Some(a) => {
-                        let path =
-                            super::midrun::alert_path(&self.files(id), a.attempt, a.detector);
+                        let path = super::midrun::alert_path(
+                            &self.files(id),
+                            a.attempt,
+                            a.detector,
+                            a.seq,
+                        );
                         let msg = Message::alert(
                             id.0,
                             a.detector.as_str(),

@@ -113,10 +113,11 @@ pub fn alert_views(
         .map(|a| crate::api::AlertView {
             attempt: a.attempt,
             detector: a.detector.as_str().to_string(),
+            seq: a.seq,
             action: a.action.as_str().to_string(),
             seen_at: rfc3339(a.seen_at),
             evidence: a.evidence.clone(),
-            path: super::midrun::alert_path(files, a.attempt, a.detector)
+            path: super::midrun::alert_path(files, a.attempt, a.detector, a.seq)
                 .display()
                 .to_string(),
             deliveries: deliveries

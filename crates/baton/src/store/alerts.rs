@@ -19,6 +19,8 @@ pub struct AlertRecord {
     pub job: JobId,
     pub attempt: u32,
     pub detector: Detector,
+    /// Its number among the attempt's alerts of this detector, from 1.
+    pub seq: u32,
     pub action: Action,
     /// When it was raised, and when what it tells of was first seen.
     pub at: Millis,
@@ -35,13 +37,14 @@ impl AlertRecord {
             detector: self.detector,
             action: self.action,
             at: self.at,
+            seq: self.seq,
         }
     }
 }
 
 columns!(
     /// The columns of `alerts` an `AlertRecord` is read from.
-    AlertColumns { id, job_id, attempt, detector, action, at, seen_at, evidence, message }
+    AlertColumns { id, job_id, attempt, detector, seq, action, at, seen_at, evidence, message }
 );
 
 impl Store {
@@ -61,7 +64,7 @@ impl Store {
         let added = tx
             .prepare_cached(
                 "INSERT OR IGNORE INTO alerts (job_id, attempt, detector, action, at, seen_at, \
-                 evidence, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                 evidence, message, seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?
             .execute(params![
                 job.0 as i64,
@@ -71,7 +74,8 @@ impl Store {
                 at,
                 alert.seen_at,
                 alert.evidence,
-                message
+                message,
+                alert.seq
             ])?;
         if added == 0 {
             return Ok(None);
@@ -125,6 +129,7 @@ impl Store {
                     job: JobId(r.get::<_, i64>(c.job_id)? as u64),
                     attempt: r.get(c.attempt)?,
                     detector: Detector::Nan,
+                    seq: r.get(c.seq)?,
                     action: Action::Note,
                     at: r.get(c.at)?,
                     seen_at: r.get(c.seen_at)?,
@@ -161,6 +166,7 @@ mod tests {
             action,
             rate_limited: false,
             seen_at: 5,
+            seq: 1,
             evidence: "loss=nan".into(),
             quiet: None,
         }
@@ -198,11 +204,32 @@ mod tests {
                 .unwrap()
                 .is_some()
         );
+        // A detector raised again in the same attempt (a digest, a re-armed stall) is another
+        // alert by its number.
+        let digest = |seq| Alert {
+            seq,
+            ..alert(Detector::Digest, Action::Note)
+        };
+        for seq in [1, 2] {
+            assert!(
+                store
+                    .add_alert(job.id, 1, &digest(seq), 14, "digest", &channels)
+                    .unwrap()
+                    .is_some()
+            );
+        }
+        assert_eq!(
+            store
+                .add_alert(job.id, 1, &digest(2), 15, "digest", &channels)
+                .unwrap(),
+            None
+        );
         let deliveries = store.deliveries(job.id).unwrap();
-        assert_eq!(deliveries.len(), 2, "one per wake, none for the note");
+        assert_eq!(deliveries.len(), 2, "one per wake, none for the notes");
         assert_eq!(deliveries[0].subject, Subject::JobAlert(id));
         let stored = store.alerts(job.id).unwrap();
-        assert_eq!(stored.len(), 3);
+        assert_eq!(stored.len(), 5);
+        assert_eq!((stored[4].detector, stored[4].seq), (Detector::Digest, 2));
         assert_eq!(stored[0].detector, Detector::Nan);
         assert_eq!(stored[0].seen_at, 5);
         assert_eq!(stored[2].action, Action::Note);

@@ -210,6 +210,11 @@ const MIGRATIONS: &[&str] = &[
     // 16: what a job's submitter asked to be woken for while it runs (`--wake-on`,
     // `--wake-when`), as JSON; NULL for nothing.
     "ALTER TABLE jobs ADD COLUMN wake TEXT;",
+    // 17: a detector raised again in one attempt (a stall after the job printed again, each
+    // `--wake-every` digest): its number, in the unique index.
+    "ALTER TABLE alerts ADD COLUMN seq INTEGER NOT NULL DEFAULT 1;
+    DROP INDEX alerts_once;
+    CREATE UNIQUE INDEX alerts_once ON alerts (job_id, attempt, detector, seq);",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

@@ -315,8 +315,20 @@ pub(super) fn validate(
         }
     }
     let stop_on = stop_on(&req.stop_on)?;
-    let wake = baton_core::midrun::Milestones::parse(&req.wake_on, &req.wake_when)
+    let mut wake = baton_core::midrun::Milestones::parse(&req.wake_on, &req.wake_when)
         .map_err(ApiError::BadRequest)?;
+    if let Some(every) = req.wake_every_ms {
+        let least = daemon.config.min_wake_every;
+        if every < least {
+            return bad(format!(
+                "--wake-every {}: shorter than this daemon allows ({}, `[midrun] \
+                 min_wake_every`)",
+                baton_core::units::format_duration(every),
+                baton_core::units::format_duration(least)
+            ));
+        }
+        wake.wake_every_ms = Some(every);
+    }
     let owner = users::name_of(peer.uid);
     let (env, notify) =
         env_and_channels(daemon, peer, req.env, &req.notify, &req.context, &req.cwd)?;
