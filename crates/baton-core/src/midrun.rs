@@ -464,6 +464,9 @@ pub struct Watch {
     rearmed: Vec<Detector>,
     /// When this watch began (a digest comes a period after it, or after the last one).
     since: Millis,
+    /// Resumed after a restart: the first read is the output read again, not new output, so
+    /// it re-arms nothing.
+    rereading: bool,
 }
 
 impl Watch {
@@ -472,6 +475,7 @@ impl Watch {
     /// that is not known).
     pub fn resume(raised: Vec<Raised>, quiet_since: Millis) -> Watch {
         Watch {
+            rereading: !raised.is_empty(),
             raised,
             last_output: quiet_since,
             since: quiet_since,
@@ -483,16 +487,16 @@ impl Watch {
     /// silence that ends here is re-armed (and that silence, a stall, is not a gap the job
     /// normally shows).
     pub fn output_at(&mut self, now: Millis) {
+        let rereading = std::mem::take(&mut self.rereading);
         let mut stalled = false;
         for detector in [Detector::Stall, Detector::FinishedButAlive] {
-            let raised_in_silence = self
+            stalled |= self
                 .raised
                 .iter()
                 .any(|r| r.detector == detector && r.at >= self.last_output);
-            if raised_in_silence && !self.rearmed.contains(&detector) {
+            if !rereading && self.has_raised(detector) && !self.rearmed.contains(&detector) {
                 self.rearmed.push(detector);
             }
-            stalled |= raised_in_silence;
         }
         if !stalled {
             self.longest_gap = self.longest_gap.max(now - self.last_output);
@@ -653,13 +657,18 @@ impl Watch {
             .iter()
             .filter(|r| r.detector == detector)
             .count() as u32;
+        // Digests come at the pace their submitter chose (at least the daemon's minimum): the
+        // hourly limit neither holds them back nor is used up by them, so a stall after a few
+        // digests still wakes.
+        let limited = |d: Detector| d != Detector::Digest;
         let hour_ago = now - 3_600_000;
         let woken = self
             .raised
             .iter()
-            .filter(|r| r.action == Action::Wake && r.at > hour_ago)
+            .filter(|r| r.action == Action::Wake && r.at > hour_ago && limited(r.detector))
             .count();
-        let rate_limited = wanted == Action::Wake && woken >= policy.wakes_per_hour as usize;
+        let rate_limited =
+            wanted == Action::Wake && limited(detector) && woken >= policy.wakes_per_hour as usize;
         let action = if rate_limited { Action::Note } else { wanted };
         self.raised.push(Raised {
             detector,
@@ -1268,6 +1277,24 @@ mod tests {
         let again = watch.check(&nothing, 11_000, &policy, idle);
         assert_eq!((again[0].detector, again[0].seq), (Detector::Stall, 2));
         assert_eq!(again[0].quiet.unwrap().longest_gap_before_ms, 200);
+
+        // After a restart: the output read again re-arms nothing; what the job prints next does.
+        let raised = vec![Raised {
+            detector: Detector::Stall,
+            action: Action::Wake,
+            at: 1200,
+            seq: 1,
+        }];
+        let mut resumed = Watch::resume(raised, 50_000);
+        resumed.output_at(50_000);
+        assert!(
+            resumed.check(&nothing, 60_000, &policy, idle).is_empty(),
+            "the same stall"
+        );
+        resumed.output_at(61_000);
+        // 11 s between the two outputs: a stall is now 33 s of silence.
+        let later = resumed.check(&nothing, 94_000, &policy, idle);
+        assert_eq!((later[0].detector, later[0].seq), (Detector::Stall, 2));
     }
 
     #[test]
@@ -1283,6 +1310,15 @@ mod tests {
         assert_eq!(watch.next_check(&policy), Some(121_000));
         let second = watch.check(&nothing, 121_500, &policy, busy);
         assert_eq!((second[0].detector, second[0].seq), (Detector::Digest, 2));
+        // Neither held back by the hourly limit nor using it up.
+        let strict = Policy {
+            wakes_per_hour: 1,
+            ..policy.clone()
+        };
+        let third = watch.check(&nothing, 181_500, &strict, busy);
+        assert_eq!((third[0].seq, third[0].action), (3, Action::Wake));
+        let nan = watch.check(&seen(Some("loss=nan"), None), 181_600, &strict, busy);
+        assert_eq!(nan[0].action, Action::Wake, "the digests used none of it");
         // After a restart, the next one is a period after the last stored.
         let resumed = Watch::resume(
             vec![Raised {
