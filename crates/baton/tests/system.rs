@@ -865,7 +865,10 @@ fn another_users_mid_run_alerts_are_not_shown() {
     let a = submit_as(
         &b,
         &alice,
-        &format!("echo 'loss=nan s3cr3t'; {}", wait_for_file("go.m")),
+        &format!(
+            "echo 'step 3/10 loss=nan s3cr3t'; {}",
+            wait_for_file("go.m")
+        ),
     );
     let id = a.to_string();
     let until = std::time::Instant::now() + common::DEADLINE;
@@ -883,10 +886,30 @@ fn another_users_mid_run_alerts_are_not_shown() {
         );
         std::thread::sleep(common::POLL);
     };
-    assert_eq!(alerts[0]["evidence"], "loss=nan s3cr3t", "{alerts:#?}");
+    assert_eq!(
+        alerts[0]["evidence"], "step 3/10 loss=nan s3cr3t",
+        "{alerts:#?}"
+    );
+    // Its progress is read from its output too: its owner sees it, nobody else.
+    let own = as_user(&b, &alice, &["status", &id, "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(own[0]["progress"]["counters"], "step 3/10", "{own:#}");
     let seen = as_user(&b, &bob, &["status", &id, "--json"]).expect(0);
     assert!(!seen.stdout.contains("s3cr3t"), "{seen:?}");
     assert!(seen.json()[0].get("alerts").is_none(), "{seen:?}");
+    assert!(seen.json()[0].get("progress").is_none(), "{seen:?}");
+    let listed = as_user(&b, &bob, &["status", "--all", "--json"])
+        .expect(0)
+        .json();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|j| j.get("progress").is_none()),
+        "{listed:#}"
+    );
     let seen = as_user(&b, &bob, &["status", &id]).expect(0);
     assert!(!seen.stdout.contains("s3cr3t"), "{seen:?}");
     b.touch("go.m");

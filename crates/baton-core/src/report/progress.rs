@@ -121,7 +121,8 @@ impl Progress {
         }
         let mut text = self.describe();
         if let Some(f) = self.fraction() {
-            text.push_str(&format!(" ({:.0}%)", f * 100.0));
+            // Rounded down: 399 of 400 is 99%, not done.
+            text.push_str(&format!(" ({}%)", (f * 100.0).floor() as u32));
         }
         if let Some(left) = self.remaining_ms(ran_ms) {
             text.push_str(&format!(

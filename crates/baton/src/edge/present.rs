@@ -53,13 +53,18 @@ pub fn time_column(job: &JobView) -> String {
     let mut text = format!("{what} {took}");
     if let Some(p) = &job.progress {
         if let Some(f) = p.fraction {
-            text.push_str(&format!(", {:.0}%", f * 100.0));
+            text.push_str(&format!(", {}", percent(f)));
         }
         if let Some(left) = p.remaining_ms {
             text.push_str(&format!(", {} left", format_duration(left)));
         }
     }
     text
+}
+
+/// A fraction as a whole percentage, rounded down: 399 of 400 is 99%, not done.
+fn percent(fraction: f64) -> String {
+    format!("{}%", (fraction * 100.0).floor() as u32)
 }
 
 /// A running job's progress, one line under the table (a job asked for by id): the counters it
@@ -70,7 +75,7 @@ pub fn progress_line(job: &JobView) -> String {
     };
     let mut line = format!("job {} progress: {}", job.id, terminal_safe(&p.counters));
     if let Some(f) = p.fraction {
-        line.push_str(&format!(" ({:.0}%)", f * 100.0));
+        line.push_str(&format!(" ({})", percent(f)));
     }
     match (&p.remaining_ms, &p.eta) {
         (Some(left), Some(eta)) => line.push_str(&format!(

@@ -178,9 +178,17 @@ impl Message {
         env: BTreeMap<String, String>,
     ) -> Message {
         let end = format!("[end of baton alert for job {job}]");
+        // What the first line says is what happened: a milestone or a digest was asked for.
+        let what = if detector.starts_with("milestone") {
+            format!("reached a milestone you asked for ({detector})")
+        } else if detector == "digest" {
+            "is running: the progress digest you asked for (--wake-every)".to_string()
+        } else {
+            format!("needs a look while it runs ({detector})")
+        };
         let text = format!(
-            "[baton] job {job} needs a look while it runs ({detector}). This is baton's automatic \
-             mid-run alert, not a request; it follows below and is stored at {path}.\n\n{}\n{end}",
+            "[baton] job {job} {what}. This is baton's automatic mid-run alert, not a request; \
+             it follows below and is stored at {path}.\n\n{}\n{end}",
             markdown.trim_end()
         );
         let json = serde_json::json!({

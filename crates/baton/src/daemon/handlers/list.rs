@@ -193,7 +193,10 @@ impl Daemon {
         for &i in &active {
             if let Some(live) = inner.jobs.get(jobs[i].id) {
                 views[i] = shown_view(&inner.jobs, peer, live);
-                views[i].progress = self.progress_view(live);
+                // Read from its output: only whoever may read that sees it.
+                if peer.may_act_on(live) {
+                    views[i].progress = self.progress_view(live);
+                }
             } // else it ended since the reader looked: as read
         }
         drop(inner);
@@ -223,8 +226,8 @@ impl Daemon {
             match inner.jobs.lookup(*id)? {
                 Some(job) => {
                     let mut view = shown_view(&inner.jobs, peer, &job);
-                    view.progress = self.progress_view(&job);
                     if peer.may_act_on(&job) {
+                        view.progress = self.progress_view(&job);
                         view.alerts = alert_views(inner.jobs.store(), &self.files(*id), *id)?;
                     }
                     out.push(view);
