@@ -53,6 +53,10 @@ pub struct MidrunSettings {
     /// The shortest `--wake-every` a job may ask for.
     #[serde(with = "baton_core::units::serde_duration")]
     pub min_wake_every: Millis,
+    pub slow: DetectorSetting,
+    /// No job is slow before it has run this long.
+    #[serde(with = "baton_core::units::serde_duration")]
+    pub slow_after: Millis,
     pub wakes_per_hour: u32,
 }
 
@@ -77,6 +81,8 @@ impl Default for MidrunSettings {
             finished_but_alive: DetectorSetting::Note,
             finished_grace: policy.finished_grace_ms,
             min_wake_every: 10 * 60_000,
+            slow: DetectorSetting::Wake,
+            slow_after: policy.slow_after_ms,
             wakes_per_hour: policy.wakes_per_hour,
         }
     }
@@ -101,6 +107,8 @@ impl MidrunSettings {
             finished: action(self.finished_but_alive),
             finished_grace_ms: self.finished_grace,
             wake_every_ms: None,
+            slow: action(self.slow),
+            slow_after_ms: self.slow_after,
         }
     }
 }

@@ -163,7 +163,8 @@ struct SubmitJobArgs {
     /// Mid-run detectors that end the job as failed at once, freeing its GPUs, instead of
     /// waking you and letting it run: "nan" (its loss turns NaN or infinite), "error" (it
     /// prints an error and keeps running), "stall" (no output for long, its GPUs idle),
-    /// "finished-but-alive" (it said it finished, then sits idle without exiting).
+    /// "finished-but-alive" (it said it finished, then sits idle without exiting), "slow" (it
+    /// runs past twice what earlier runs of its command took).
     #[serde(default)]
     stop_on: Vec<String>,
     /// Wake you while it runs at the first output line matching each regex (e.g.

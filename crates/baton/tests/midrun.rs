@@ -438,6 +438,29 @@ fn digests_come_every_period_and_a_stall_rearms_after_the_job_prints_again() {
     }
 }
 
+/// `slow`: a run of a command that earlier ran three times in a fraction of a second, going on
+/// past twice what they predict, wakes the submitter once, quoting its last line.
+#[test]
+fn a_run_far_slower_than_its_commands_history_is_slow() {
+    let b = Baton::with_config(1, "[midrun]\nslow_after = \"1s\"\n");
+    let (channel, path) = inbox(&b);
+    let script = "if [ -e slow ]; then echo 'step 1 loss=0.5'; sleep 60; else sleep 0.2; fi";
+    let fast: Vec<u64> = (0..3).map(|_| b.submit_sh(&[], script)).collect();
+    b.wait_ok(&fast);
+    b.touch("slow");
+    let id = b.submit_sh(&["--notify", &channel], script);
+    let alerts = delivered_alerts(&b, id, 1);
+    assert_eq!(alerts[0]["detector"], "slow");
+    assert_eq!(alerts[0]["evidence"], "step 1 loss=0.5");
+    wait_contains(&path, &alert_end(id));
+    let text = read(&path);
+    assert!(
+        text.contains("that 3 earlier successful runs of the same command predict"),
+        "{text}"
+    );
+    b.run(&["cancel", &id.to_string()]).expect(0);
+}
+
 #[test]
 fn a_restart_neither_repeats_nor_loses_an_alert() {
     let mut b = Baton::with_config(2, "[midrun]\nerror_grace = \"1s\"\n");
@@ -512,7 +535,7 @@ fn an_unknown_detector_is_refused_and_nothing_is_queued() {
     assert_eq!(out.code, 2, "{out:?}");
     assert!(
         out.stderr.contains(
-            "\"stal\": no such detector (there are: nan, error, stall, finished-but-alive)"
+            "\"stal\": no such detector (there are: nan, error, stall, finished-but-alive, slow)"
         ),
         "{out:?}"
     );

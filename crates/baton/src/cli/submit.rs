@@ -66,7 +66,8 @@ pub struct Args {
     /// End the job as failed, freeing its GPUs, when one of these mid-run detectors fires,
     /// instead of waking you and letting it run: nan (a NaN/inf loss), error (an error it
     /// outlives), stall (no output for long while its GPUs idle), finished-but-alive (it said
-    /// it finished, then idles without exiting). Comma-separated or repeated.
+    /// it finished, then idles without exiting), slow (past twice what earlier runs of its
+    /// command took). Comma-separated or repeated.
     #[arg(long = "stop-on", value_delimiter = ',', value_name = "DETECTOR")]
     stop_on: Vec<String>,
     /// Wake you while it runs at the first line of its output matching REGEX (Rust regex

@@ -318,7 +318,10 @@ impl Daemon {
                     self.gpus_of(id, has_gpus)
                 });
                 for mut alert in alerts {
-                    if matches!(alert.detector, Detector::Stall | Detector::Digest) {
+                    if matches!(
+                        alert.detector,
+                        Detector::Stall | Detector::Digest | Detector::Slow
+                    ) {
                         alert.evidence = last_line(&f.files);
                     }
                     self.raise_alert(id, f, alert, now);
@@ -472,7 +475,7 @@ impl Daemon {
                             j.attempt(),
                             started,
                             j.name.clone(),
-                            (j.stop_on.clone(), j.wake.clone()),
+                            (j.stop_on.clone(), j.wake.clone(), j.command.clone()),
                             has_gpus,
                         )
                     })
@@ -486,7 +489,9 @@ impl Daemon {
             }
             followed.remove(fd, id);
             self.set_progress(id, None);
-            let Some((attempt, started_at, name, (stop_on, milestones), has_gpus)) = running else {
+            let Some((attempt, started_at, name, (stop_on, milestones, command), has_gpus)) =
+                running
+            else {
                 continue;
             };
             if started_at + FOLLOW_AFTER_MS > now {
@@ -511,6 +516,15 @@ impl Daemon {
                 tracing::warn!(job = id.0, "its milestones are not watched: {e}");
                 OutputScanner::following()
             });
+            // What earlier successful runs of the same command predict (`slow`).
+            let history = match self.lock().jobs.store().run_history(&command, "", "") {
+                Ok(history) => history,
+                Err(e) => {
+                    tracing::warn!(job = id.0, "cannot read its command's history: {e}");
+                    Vec::new()
+                }
+            };
+            let predicted = baton_core::workflow::predict_ms(&history, None, 0);
             // After a restart: what this attempt raised already is not raised again.
             let raised = match self.lock().jobs.store().alerts(id) {
                 Ok(alerts) => alerts
@@ -533,7 +547,11 @@ impl Daemon {
                     wd: Some(wd),
                     streams: [None, None],
                     scanner,
-                    watch: Watch::resume(raised, started_at.max(follower_started)),
+                    watch: {
+                        let mut watch = Watch::resume(raised, started_at.max(follower_started));
+                        watch.expect(started_at, predicted, history.len());
+                        watch
+                    },
                     has_gpus,
                     milestones,
                     progress: Progress::default(),

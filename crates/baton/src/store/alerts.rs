@@ -169,6 +169,7 @@ mod tests {
             seq: 1,
             evidence: "loss=nan".into(),
             quiet: None,
+            slow: None,
         }
     }
 

@@ -372,7 +372,7 @@ fn bad_values_are_placed_at_their_key() {
     assert_err(
         &format!("{base}  stop_on: [nan, stal]\n"),
         "4:3:",
-        "stop_on: \"stal\": no such detector (there are: nan, error, stall, finished-but-alive)",
+        "stop_on: \"stal\": no such detector (there are: nan, error, stall, finished-but-alive, slow)",
     );
     assert_err(
         &format!("{base}  name: \"\"\n"),
