@@ -516,8 +516,10 @@ impl Daemon {
                 tracing::warn!(job = id.0, "its milestones are not watched: {e}");
                 OutputScanner::following()
             });
-            // What earlier successful runs of the same command predict (`slow`).
-            let history = match self.lock().jobs.store().run_history(&command, "", "") {
+            // What earlier successful runs of the same command predict (`slow`), read on a
+            // reader: a command never run before is a scan of the whole history, which must not
+            // hold the daemon's lock.
+            let history = match self.readers.with(|s| s.run_history(&command, "", "")) {
                 Ok(history) => history,
                 Err(e) => {
                     tracing::warn!(job = id.0, "cannot read its command's history: {e}");
