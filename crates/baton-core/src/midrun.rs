@@ -85,15 +85,6 @@ impl Detector {
         }
     }
 
-    /// Whether it may be raised again in the same attempt: a stall or a finished-but-alive
-    /// once the job printed again after it (the condition cleared), a digest each period.
-    fn rearms(self) -> bool {
-        matches!(
-            self,
-            Detector::Stall | Detector::FinishedButAlive | Detector::Digest
-        )
-    }
-
     /// A detector by its name, milestones included (as the store keeps them).
     pub fn parse(text: &str) -> Option<Detector> {
         if let Some(i) = MILESTONE_NAMES.iter().position(|n| *n == text) {
@@ -710,7 +701,6 @@ impl Watch {
         if !self.is_open(detector) {
             return None;
         }
-        debug_assert!(detector.rearms() || !self.has_raised(detector));
         self.rearmed.retain(|d| *d != detector);
         let seq = 1 + self
             .raised

@@ -186,19 +186,10 @@ fn a_job_printing_all_the_time_is_followed_through_its_reads_and_quiet_spells() 
 /// Waits until the job has `n` alerts; returns them (`status --json`).
 #[track_caller]
 fn alerts_of(b: &Baton, id: u64, n: usize) -> Vec<Value> {
-    let until = std::time::Instant::now() + common::DEADLINE;
-    loop {
-        let alerts = b.job(id)["alerts"].as_array().cloned().unwrap_or_default();
-        if alerts.len() >= n {
-            return alerts;
-        }
-        assert!(
-            std::time::Instant::now() < until,
-            "job {id}'s alerts: {alerts:#?}\n{}",
-            b.daemon_log()
-        );
-        std::thread::sleep(common::POLL);
-    }
+    let job = b.poll_job(id, &format!("one with {n} alerts"), |j| {
+        j["alerts"].as_array().is_some_and(|a| a.len() >= n)
+    });
+    job["alerts"].as_array().cloned().unwrap_or_default()
 }
 
 /// Three quiet jobs on simulated GPUs: one whose GPU sits idle stalls (and the alert quotes its
@@ -323,19 +314,10 @@ fn milestones_the_submitter_asked_for_wake_it_once_each_while_the_job_runs() {
 /// Waits until `baton status ID --json` shows the job's progress; returns it.
 #[track_caller]
 fn progress_of(b: &Baton, id: u64, counters: &str) -> Value {
-    let until = std::time::Instant::now() + common::DEADLINE;
-    loop {
-        let job = b.job(id);
-        if job["progress"]["counters"] == counters {
-            return job["progress"].clone();
-        }
-        assert!(
-            std::time::Instant::now() < until,
-            "job {id}: {job:#}\n{}",
-            b.daemon_log()
-        );
-        std::thread::sleep(common::POLL);
-    }
+    let job = b.poll_job(id, &format!("at {counters}"), |j| {
+        j["progress"]["counters"] == counters
+    });
+    job["progress"].clone()
 }
 
 /// A running job's counters (`step N/M`, a tqdm bar) are its progress: `baton status`, its

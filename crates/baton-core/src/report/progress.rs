@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::search::find_ignore_case;
 use crate::Millis;
 
 /// One counter: `done` of `total`.
@@ -33,7 +34,7 @@ pub struct Progress {
     pub bar: Option<Counter>,
 }
 
-/// Words a counter is printed after, and the kind each is.
+/// Words a counter is printed after (in lower case), and the kind each is.
 const WORDS: &[(&str, Kind)] = &[
     ("epoch", Kind::Epoch),
     ("step", Kind::Step),
@@ -229,11 +230,6 @@ fn number_at(line: &[u8], i: usize) -> Option<(u64, usize)> {
     }
     let text = std::str::from_utf8(&line[i..i + digits]).ok()?;
     Some((text.parse().ok()?, i + digits))
-}
-
-fn find_ignore_case(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len())
-        .position(|w| w.eq_ignore_ascii_case(needle))
 }
 
 #[cfg(test)]

@@ -75,9 +75,12 @@ impl OutputScanner {
         let count = patterns.len() + milestones.wake_when.len();
         scanner.analysis.milestones = Some(MilestoneScan {
             patterns,
-            conditions: milestones.wake_when.clone(),
+            conditions: milestones
+                .wake_when
+                .iter()
+                .map(|c| (c.metric.to_ascii_lowercase(), c.clone()))
+                .collect(),
             hits: vec![None; count],
-            open: count,
         });
         Ok(scanner)
     }
@@ -125,7 +128,7 @@ impl OutputScanner {
                     .analysis
                     .milestones
                     .as_ref()
-                    .is_some_and(|m| m.open > 0);
+                    .is_some_and(MilestoneScan::pending);
             let start = if every_line {
                 at
             } else {
@@ -468,25 +471,27 @@ struct Analysis {
 #[derive(Debug)]
 struct MilestoneScan {
     patterns: Vec<regex::Regex>,
-    conditions: Vec<Condition>,
+    /// Each condition with its metric's name in lower case, as the line is searched for it.
+    conditions: Vec<(String, Condition)>,
     /// One per milestone: patterns first, then conditions.
     hits: Vec<Option<String>>,
-    /// Milestones not yet seen.
-    open: usize,
 }
 
 impl MilestoneScan {
+    /// Whether a milestone is still to be seen.
+    fn pending(&self) -> bool {
+        self.hits.iter().any(Option::is_none)
+    }
+
     fn line(&mut self, text: &str) {
         for (i, pattern) in self.patterns.iter().enumerate() {
             if self.hits[i].is_none() && pattern.is_match(text) {
                 store_line(&mut self.hits[i], text);
-                self.open -= 1;
             }
         }
         let offset = self.patterns.len();
-        for (j, condition) in self.conditions.iter().enumerate() {
+        for (j, (metric, condition)) in self.conditions.iter().enumerate() {
             let hit = &mut self.hits[offset + j];
-            let metric = condition.metric.to_ascii_lowercase();
             if hit.is_some() || !contains_ignore_case(text.as_bytes(), metric.as_bytes()) {
                 continue;
             }
@@ -496,7 +501,6 @@ impl MilestoneScan {
             });
             if holds {
                 store_line(hit, text);
-                self.open -= 1;
             }
         }
     }
@@ -535,7 +539,7 @@ impl Analysis {
             }
         };
         if let Some(milestones) = milestones
-            && milestones.open > 0
+            && milestones.pending()
         {
             milestones.line(text);
         }

@@ -102,18 +102,23 @@ fn bytes_between(word: u64, low: u8, high: u8) -> u64 {
 
 /// Whether `hay` contains `needle_lower` (ASCII lower case) ignoring ASCII case.
 pub(crate) fn contains_ignore_case(hay: &[u8], needle_lower: &[u8]) -> bool {
+    find_ignore_case(hay, needle_lower).is_some()
+}
+
+/// Where `hay` first holds `needle_lower` (ASCII lower case), ignoring ASCII case.
+pub(crate) fn find_ignore_case(hay: &[u8], needle_lower: &[u8]) -> Option<usize> {
     let Some(&first) = needle_lower.first() else {
-        return true;
+        return Some(0);
     };
     let mut from = 0;
     while let Some(p) = find_either(&hay[from..], first, first.to_ascii_uppercase()) {
         let at = from + p;
         if starts_with_ignore_case(&hay[at..], needle_lower) {
-            return true;
+            return Some(at);
         }
         from = at + 1;
     }
-    false
+    None
 }
 
 /// Whether `hay` starts with `prefix_lower` (ASCII lower case) ignoring ASCII case.

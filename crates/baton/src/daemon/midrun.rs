@@ -130,10 +130,9 @@ fn last_line(files: &JobFiles) -> String {
     let newest = [files.stdout(), files.stderr()]
         .into_iter()
         .filter_map(|path| {
-            let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok()?;
-            Some((modified, path))
+            let meta = std::fs::metadata(&path).ok().filter(|m| m.len() > 0)?;
+            Some((meta.modified().ok()?, path))
         })
-        .filter(|(_, path)| std::fs::metadata(path).is_ok_and(|m| m.len() > 0))
         .max_by_key(|(modified, _)| *modified);
     let Some((_, path)) = newest else {
         return String::new();
@@ -468,20 +467,10 @@ impl Daemon {
                     .jobs
                     .get(id)
                     .filter(|j| j.state() == JobState::Running)
-                    .map(|j| {
-                        let started = j.started_at().unwrap_or_else(now_ms);
-                        let has_gpus = !j.gpus().is_empty();
-                        (
-                            j.attempt(),
-                            started,
-                            j.name.clone(),
-                            (j.stop_on.clone(), j.wake.clone(), j.command.clone()),
-                            has_gpus,
-                        )
-                    })
+                    .cloned()
             };
             let same = match (&running, followed.jobs.get(&id)) {
-                (Some((attempt, ..)), Some(f)) => f.attempt == *attempt,
+                (Some(job), Some(f)) => f.attempt == job.attempt(),
                 _ => false,
             };
             if same {
@@ -489,11 +478,12 @@ impl Daemon {
             }
             followed.remove(fd, id);
             self.set_progress(id, None);
-            let Some((attempt, started_at, name, (stop_on, milestones, command), has_gpus)) =
-                running
-            else {
+            let Some(job) = running else {
                 continue;
             };
+            let attempt = job.attempt();
+            let started_at = job.started_at().unwrap_or_else(now_ms);
+            let has_gpus = !job.gpus().is_empty();
             if started_at + FOLLOW_AFTER_MS > now {
                 later.push((id, started_at + FOLLOW_AFTER_MS));
                 continue;
@@ -509,17 +499,17 @@ impl Daemon {
             let policy = self
                 .config
                 .midrun
-                .with_stop_on(&stop_on)
-                .with_digest(milestones.wake_every_ms);
+                .with_stop_on(&job.stop_on)
+                .with_digest(job.wake.wake_every_ms);
             // Checked at submission; a pattern this build cannot compile is followed without.
-            let scanner = OutputScanner::with_milestones(&milestones).unwrap_or_else(|e| {
+            let scanner = OutputScanner::with_milestones(&job.wake).unwrap_or_else(|e| {
                 tracing::warn!(job = id.0, "its milestones are not watched: {e}");
                 OutputScanner::following()
             });
             // What earlier successful runs of the same command predict (`slow`), read on a
             // reader: a command never run before is a scan of the whole history, which must not
             // hold the daemon's lock.
-            let history = match self.readers.with(|s| s.run_history(&command, "", "")) {
+            let history = match self.readers.with(|s| s.run_history(&job.command, "", "")) {
                 Ok(history) => history,
                 Err(e) => {
                     tracing::warn!(job = id.0, "cannot read its command's history: {e}");
@@ -544,7 +534,7 @@ impl Daemon {
                 Followed {
                     attempt,
                     started_at,
-                    name,
+                    name: job.name,
                     files,
                     wd: Some(wd),
                     streams: [None, None],
@@ -555,7 +545,7 @@ impl Daemon {
                         watch
                     },
                     has_gpus,
-                    milestones,
+                    milestones: job.wake,
                     progress: Progress::default(),
                     policy,
                 },
