@@ -515,7 +515,7 @@ fn deliveries_survive_a_daemon_killed_before_it_could_deliver_exactly_once() {
         "-c",
         &release,
     ]);
-    b.wait_running(late);
+    b.wait_spawned(late);
     b.kill_daemon();
     b.touch("release");
     b.touch("ok");

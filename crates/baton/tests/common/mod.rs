@@ -360,6 +360,27 @@ impl Baton {
         self.poll_job(id, "running", |j| j["state"] == "running")
     }
 
+    /// Waits until the job's supervisor has started its process. `running` is committed before
+    /// the supervisor is forked, so a test that kills the daemon and expects the job to run on
+    /// without it must wait for this instead (a daemon killed in between starts it again once it
+    /// is back, as recovery should).
+    #[track_caller]
+    pub fn wait_spawned(&self, id: u64) {
+        self.wait_running(id);
+        let record = self.home.join(format!("jobs/{id}/supervisor"));
+        let until = Instant::now() + DEADLINE;
+        while !std::fs::read_to_string(&record)
+            .unwrap_or_default()
+            .contains("\"event\":\"spawned\"")
+        {
+            assert!(
+                Instant::now() < until,
+                "job {id}'s supervisor never started it within {DEADLINE:?}"
+            );
+            std::thread::sleep(POLL);
+        }
+    }
+
     /// Waits until a scheduling pass has looked at the queued job and said why it waits.
     #[track_caller]
     pub fn wait_reason(&self, id: u64) -> String {
