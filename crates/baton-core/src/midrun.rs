@@ -488,6 +488,8 @@ pub struct Watch {
     /// When the attempt started, and how long earlier runs predict it takes (and from how
     /// many): what `slow` is judged against.
     expected: Option<(Millis, Millis, usize)>,
+    /// When finished-but-alive was raised, while the job has printed nothing since.
+    said_finished: Option<Millis>,
 }
 
 impl Watch {
@@ -495,13 +497,34 @@ impl Watch {
     /// since `quiet_since` (its start, or when a restarted daemon took it up: a silence before
     /// that is not known).
     pub fn resume(raised: Vec<Raised>, quiet_since: Millis) -> Watch {
+        let said_finished = raised
+            .iter()
+            .filter(|r| r.detector == Detector::FinishedButAlive)
+            .map(|r| r.at)
+            .max();
         Watch {
             rereading: !raised.is_empty(),
+            said_finished,
             raised,
             last_output: quiet_since,
             since: quiet_since,
             ..Watch::default()
         }
+    }
+
+    /// After a restart: the job last printed at `at` (when its output was last written), so a
+    /// finished-but-alive raised before that no longer stands.
+    pub fn printed_before_resume_at(&mut self, at: Millis) {
+        if self.said_finished.is_some_and(|raised| raised < at) {
+            self.said_finished = None;
+        }
+    }
+
+    /// Since when the job's finished-but-alive stands: it said the work was done, sat quiet
+    /// with its GPUs idle for the grace period, and has printed nothing since. What it holds
+    /// then is held after finish, for the waste rules.
+    pub fn said_finished_since(&self) -> Option<Millis> {
+        self.said_finished
     }
 
     /// Judges `slow` against `predicted_ms`, from `runs` earlier successful runs of the same
@@ -527,6 +550,9 @@ impl Watch {
     /// normally shows).
     pub fn output_at(&mut self, now: Millis) {
         let rereading = std::mem::take(&mut self.rereading);
+        if !rereading {
+            self.said_finished = None;
+        }
         let mut stalled = false;
         for detector in [Detector::Stall, Detector::FinishedButAlive] {
             stalled |= self
@@ -720,6 +746,9 @@ impl Watch {
         let rate_limited =
             wanted == Action::Wake && limited(detector) && woken >= policy.wakes_per_hour as usize;
         let action = if rate_limited { Action::Note } else { wanted };
+        if detector == Detector::FinishedButAlive {
+            self.said_finished = Some(now);
+        }
         self.raised.push(Raised {
             detector,
             action,
@@ -1164,6 +1193,31 @@ mod tests {
         // Its quiet afterwards is not also a stall.
         assert!(watch.check(&done, 1_000_000, &policy, idle).is_empty());
         assert_eq!(watch.next_check(&policy), None);
+        // What it holds is held after finish until it prints again, across a restart too
+        // (unless it printed after the alert).
+        assert_eq!(watch.said_finished_since(), Some(600));
+        let raised = vec![Raised {
+            detector: Detector::FinishedButAlive,
+            action: Action::Note,
+            at: 600,
+            seq: 1,
+        }];
+        let mut resumed = Watch::resume(raised.clone(), 2_000);
+        resumed.printed_before_resume_at(500);
+        assert_eq!(resumed.said_finished_since(), Some(600));
+        resumed.output_at(2_100);
+        assert_eq!(
+            resumed.said_finished_since(),
+            Some(600),
+            "its output read again"
+        );
+        resumed.output_at(2_200);
+        assert_eq!(resumed.said_finished_since(), None, "it printed again");
+        let mut printed_meanwhile = Watch::resume(raised, 2_000);
+        printed_meanwhile.printed_before_resume_at(700);
+        assert_eq!(printed_meanwhile.said_finished_since(), None);
+        watch.output_at(1_000_001);
+        assert_eq!(watch.said_finished_since(), None);
         let text = message(
             &AlertFacts {
                 job: 4,

@@ -232,6 +232,77 @@ fn an_idle_job_is_warned_then_stopped_and_a_protected_one_is_left_alone() {
     b.run(&["cancel", &kept.to_string()]).expect(0);
 }
 
+/// A job that said it had finished and then sits idle holding its GPU (a forgotten `input()`
+/// after "Training finished"): the finished-but-alive detector notes it, and the waste rules
+/// then treat what it holds as held after finish (DESIGN §7): its owner is told and it is
+/// stopped, while one that prints again is left alone.
+#[test]
+fn a_job_that_said_it_finished_and_holds_its_gpu_idle_is_held_after_finish() {
+    let mut b = Baton::unstarted();
+    std::fs::create_dir_all(&b.home).unwrap();
+    std::fs::write(
+        b.home.join("config.toml"),
+        "[midrun]\nfinished_grace = \"2s\"\nstall_after = \"1h\"\n\n\
+         [waste]\nmode = \"enforce\"\nsample_interval = \"1s\"\ngrace = \"1s\"\n\n\
+         [waste.held_after_exit]\nmin_mem = \"256MiB\"\nafter = \"2s\"\n",
+    )
+    .unwrap();
+    b.serve_with(&["serve", "--sim-gpus", "2", "--grace", "1s"]);
+    // It holds 2 GiB at 0 % from its own main process (`exec` keeps the pid).
+    let hold = "d=\"$BATON_HOME/sim/gpu$CUDA_VISIBLE_DEVICES\"; mkdir -p \"$d\"; \
+                echo \"$(( 2 << 30 )) 0\" > \"$d/$$\"";
+    let done = b.submit_sh(
+        &["--gpus", "1", "--name", "done"],
+        &format!("{hold}; echo 'step 900 loss=0.02'; echo 'Training finished.'; exec sleep 120"),
+    );
+    // It said so too, but keeps printing: not finished after all.
+    let chatty = b.submit_sh(
+        &["--gpus", "1", "--name", "chatty"],
+        &format!(
+            "{hold}; echo 'Training finished.'; \
+             while true; do echo 'still evaluating'; sleep 0.5; done"
+        ),
+    );
+    let entries = poll_audit(&b, "the finished job is stopped", |e| {
+        e.iter()
+            .any(|e| e["job_id"] == done && e["action"] == "sigterm")
+    });
+    let steps = actions(&entries, |e| e["job_id"] == done);
+    assert_eq!(steps[..2], ["notify", "sigterm"], "{entries:#?}");
+    let term = entries
+        .iter()
+        .find(|e| e["job_id"] == done && e["action"] == "sigterm")
+        .unwrap();
+    assert_eq!(term["rule"], "held_after_exit");
+    assert_eq!(term["pid"], Value::Null, "the job is stopped as a whole");
+    let message = term["message"].as_str().unwrap();
+    assert!(
+        message.contains("said it had finished") && message.contains("finished-but-alive"),
+        "{message}"
+    );
+    let job = b.poll_job(done, "ends", |j| j["state"] == "cancelled");
+    let reason = job["reason"].as_str().unwrap();
+    assert!(reason.contains("held_after_exit"), "{reason}");
+    assert_eq!(
+        job["alerts"][0]["detector"], "finished-but-alive",
+        "{job:#}"
+    );
+    let inbox = std::fs::read_to_string(b.home.join("inbox.md")).unwrap_or_default();
+    assert!(
+        inbox.contains(&format!("notice about job {done}")),
+        "{inbox}"
+    );
+
+    // The one that prints on was never said to be finished: nothing against it.
+    assert!(
+        audit(&b).iter().all(|e| e["job_id"] != chatty),
+        "{:#?}",
+        audit(&b)
+    );
+    assert_eq!(b.state(chatty), "running");
+    b.run(&["cancel", &chatty.to_string()]).expect(0);
+}
+
 /// A process of a job that outlives it holding GPU memory. baton's containment ends everything a
 /// job starts itself (tests/containment.rs), so this one is what escapes it: a process that
 /// carries the job's identity but was started outside it (here, by the test, as a service the

@@ -144,6 +144,7 @@ fn replay(pods: &[Series], protect: bool) -> Vec<Decision> {
                 gpus: vec![i as u32],
                 started_at: first,
                 running: true,
+                said_finished_at: None,
             });
         }
         decisions.extend(engine.observe(&snapshot));

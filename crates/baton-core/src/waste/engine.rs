@@ -23,6 +23,8 @@ pub struct WasteEngine {
     idle: BTreeMap<JobId, IdleState>,
     zombies: BTreeMap<u32, ProcState>,
     held: BTreeMap<u32, ProcState>,
+    /// Running jobs that said they had finished and still hold GPU memory, by job.
+    finished: BTreeMap<JobId, ProcState>,
     /// Skips already logged: once per job per rule (per process for strangers).
     skipped: BTreeSet<(Rule, SkipKey)>,
 }
@@ -284,6 +286,7 @@ impl WasteEngine {
             idle: BTreeMap::new(),
             zombies: BTreeMap::new(),
             held: BTreeMap::new(),
+            finished: BTreeMap::new(),
             skipped: BTreeSet::new(),
         }
     }
@@ -324,6 +327,7 @@ impl WasteEngine {
         self.zombie_rule(now, &procs, &mut out);
         self.idle_rule(now, &running, &gpus, &mut out);
         self.held_rule(now, &procs, &running, &mut out);
+        self.finished_rule(now, &procs, &running, &mut out);
         self.forget(snapshot, &procs);
 
         let mut decisions = out.decisions;
@@ -652,6 +656,100 @@ impl WasteEngine {
             }
         }
         self.held.retain(|pid, _| seen.contains(pid));
+    }
+
+    /// Held after finish, for a job that is still running: its output said the work was done
+    /// and it then sat quiet with its GPUs idle (`said_finished_at`), yet its processes hold at
+    /// least `min_mem` on a GPU. The `held_after_exit` rule's ladder, for the job as a whole,
+    /// since its main process is among them: `after` later, `notify` (its owner) and `sigterm`
+    /// (a graceful stop of the job, so it ends with the reason), then `sigkill` after `grace`
+    /// if it still runs. Printing again ends the claim and resets the ladder.
+    fn finished_rule(
+        &mut self,
+        now: Millis,
+        procs: &BTreeMap<u32, ProcView>,
+        running: &BTreeMap<JobId, &JobObs>,
+        out: &mut Out,
+    ) {
+        let rule = &self.config.held_after_exit;
+        if !rule.enabled {
+            self.finished.clear();
+            return;
+        }
+        let grace = self.config.grace;
+        let mut seen = BTreeSet::new();
+        for (&id, job) in running {
+            let Some(said_at) = job.said_finished_at else {
+                continue;
+            };
+            // Where it holds the most: the GPU the message names.
+            let Some(held) = procs
+                .values()
+                .filter(|p| p.owner == ProcOwner::Job(id))
+                .max_by_key(|p| (p.mem, std::cmp::Reverse(p.gpu)))
+                .filter(|p| p.mem >= rule.min_mem)
+            else {
+                continue;
+            };
+            seen.insert(id);
+            let st = self
+                .finished
+                .entry(id)
+                .or_insert_with(|| ProcState::new(now.max(said_at), Some(id)));
+            st.record(held.sample(now), now - rule.after - grace);
+            let label = job_label(id, Some(job));
+            let target = Target {
+                rule: Rule::HeldAfterExit,
+                job: Some(id),
+                pid: None,
+                gpu: Some(held.gpu),
+            };
+            match st.step {
+                Step::Watching if now - st.since >= rule.after => {
+                    let threshold = format!(
+                        "≥ {} still held {} after the job said it had finished",
+                        format_size(rule.min_mem),
+                        duration_text(rule.after)
+                    );
+                    let evidence = st.evidence(st.since, now, held.mem, threshold);
+                    let base = format!(
+                        "GPU {}: {label} holds {} though its output said it had finished and it \
+                         has printed nothing since, its GPUs idle (finished-but-alive)",
+                        held.gpu,
+                        format_size(held.mem)
+                    );
+                    st.step = Step::Done;
+                    if let Some(reason) = protection(&self.config.allow, job) {
+                        if self.skipped.insert((Rule::HeldAfterExit, SkipKey::Job(id))) {
+                            let message = format!("{base}; skipped, protected: {reason}");
+                            out.push(target, Action::Skip, message, evidence);
+                        }
+                        continue;
+                    }
+                    st.notify_and_term(
+                        out,
+                        target,
+                        now,
+                        grace,
+                        &base,
+                        "telling its owner",
+                        evidence,
+                    );
+                }
+                Step::Termed(term_at) if now - term_at >= grace => {
+                    let threshold = format!("still running {} after SIGTERM", duration_text(grace));
+                    let evidence = st.evidence(term_at, now, held.mem, threshold);
+                    let message = format!(
+                        "{label} still running {} after SIGTERM; killing it (SIGKILL)",
+                        format_duration(now - term_at)
+                    );
+                    out.push(target, Action::Sigkill, message, evidence);
+                    st.step = Step::Done;
+                }
+                _ => {}
+            }
+        }
+        self.finished.retain(|id, _| seen.contains(id));
     }
 
     /// Drops what concerns jobs and processes the snapshot no longer shows, so the engine's

@@ -26,6 +26,12 @@
 //!   job the snapshot does not list as running) holding at least `min_mem` [256 MiB] on one GPU
 //!   for `after` [60 s] → `notify` (the job's owner) and `sigterm`, then `sigkill` after `grace`.
 //!   One ladder per pid; all pids of a job cross together, so the caller can merge notices.
+//!   Held after finish, the same rule for a job still running: one whose output said the work
+//!   was done and then sat quiet and idle (`JobObs::said_finished_at`, from the mid-run
+//!   `finished-but-alive` alert) and whose processes hold at least `min_mem` on a GPU, `after`
+//!   later → `notify` and `sigterm` of the job as a whole (its main process is among them, and
+//!   a graceful stop ends it with the reason), `sigkill` after `grace` if it still runs. Its
+//!   printing again clears `said_finished_at` and the ladder.
 //!
 //! Protection: a job tagged `protect=true` (`true`, `1` or `yes`), or whose owner, name or a tag
 //! is on `[waste.allow]`, is never acted on: the first rung becomes a single `skip` naming the

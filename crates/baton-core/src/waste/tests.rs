@@ -49,6 +49,7 @@ fn job(id: u64, gpus: &[u32], started_at: Millis) -> JobObs {
         gpus: gpus.to_vec(),
         started_at,
         running: true,
+        said_finished_at: None,
     }
 }
 
@@ -564,6 +565,85 @@ fn leftover_processes_are_stopped_after_a_minute_and_killed_after_grace() {
         got[0].message,
         "GPU 1: pid 500 of job 7 (alice/train) holds 2 GiB for 1m00s after the job's main process \
          ended; telling its owner"
+    );
+}
+
+/// Job 8 on GPU 0, holding 2 GiB at 0 % from its main process, said it had finished at
+/// `said` (its finished-but-alive alert) until `printed` (it printed again).
+fn said_finished_snapshot(t: Millis, said: Millis, printed: Option<Millis>, tag: bool) -> Snapshot {
+    let mut j = job(8, &[0], 0);
+    if tag {
+        j = tagged(j, "protect", "yes");
+    }
+    j.said_finished_at = (t >= said && printed.is_none_or(|p| t < p)).then_some(said);
+    snap(
+        t,
+        vec![gpu(
+            0,
+            Some(0.0),
+            vec![proc(800, 2 * GIB, ProcOwner::Job(JobId(8)))],
+        )],
+        vec![j],
+    )
+}
+
+#[test]
+fn a_running_job_that_said_it_finished_is_held_after_finish_and_stopped_as_a_whole() {
+    let mut e = WasteEngine::new(enforce());
+    let said = 5 * MIN;
+    let got = run(&mut e, 0, 20 * MIN, |t| {
+        said_finished_snapshot(t, said, None, false)
+    });
+    assert_eq!(
+        ladder(&got),
+        [
+            (said + MIN, Rule::HeldAfterExit, Action::Notify),
+            (said + MIN, Rule::HeldAfterExit, Action::Sigterm),
+            (said + MIN + 30 * S, Rule::HeldAfterExit, Action::Sigkill),
+        ]
+    );
+    // The job, not one pid: a graceful stop that ends it with the reason.
+    assert!(
+        got.iter()
+            .all(|d| (d.job, d.pid, d.gpu) == (Some(JobId(8)), None, Some(0)))
+    );
+    assert_eq!(
+        got[0].message,
+        "GPU 0: job 8 (alice/train) holds 2 GiB though its output said it had finished and it has \
+         printed nothing since, its GPUs idle (finished-but-alive); telling its owner"
+    );
+
+    // It printed again before `after` was up: the claim is gone and nothing happens; said
+    // again later, the clock starts over.
+    let mut e = WasteEngine::new(enforce());
+    let got = run(&mut e, 0, 20 * MIN, |t| {
+        let mut s = said_finished_snapshot(t, said, Some(said + 30 * S), false);
+        if t >= 10 * MIN {
+            s = said_finished_snapshot(t, 10 * MIN, None, false);
+        }
+        s
+    });
+    assert_eq!(got[0].at, 11 * MIN, "{:?}", ladder(&got));
+
+    // Protected: one skip.
+    let mut e = WasteEngine::new(enforce());
+    let got = run(&mut e, 0, 20 * MIN, |t| {
+        said_finished_snapshot(t, said, None, true)
+    });
+    assert_eq!(
+        ladder(&got),
+        [(said + MIN, Rule::HeldAfterExit, Action::Skip)]
+    );
+
+    // The rule off: nothing.
+    let mut config = enforce();
+    config.held_after_exit.enabled = false;
+    let mut e = WasteEngine::new(config);
+    assert!(
+        run(&mut e, 0, 20 * MIN, |t| said_finished_snapshot(
+            t, said, None, false
+        ))
+        .is_empty()
     );
 }
 

@@ -61,6 +61,11 @@ pub struct JobObs {
     pub started_at: Millis,
     /// False once its main process ended.
     pub running: bool,
+    /// When its output said the work was done and it was then found alive, quiet and its GPUs
+    /// idle (the mid-run `finished-but-alive` alert), while that stands (it has printed
+    /// nothing since): what it still holds is held after finish, as if it had exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub said_finished_at: Option<Millis>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

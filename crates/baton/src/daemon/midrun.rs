@@ -157,6 +157,16 @@ fn last_line(files: &JobFiles) -> String {
         .collect()
 }
 
+/// When the job last wrote to its `stdout` or `stderr` (their modification times).
+fn last_written(files: &JobFiles) -> Option<Millis> {
+    [files.stdout(), files.stderr()]
+        .iter()
+        .filter_map(|path| std::fs::metadata(path).ok()?.modified().ok())
+        .filter_map(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|since| since.as_millis() as Millis)
+        .max()
+}
+
 /// Watches a job's directory for writes to its `stdout` and `stderr`.
 fn watch_dir(fd: &OwnedFd, files: &JobFiles) -> std::io::Result<i32> {
     // Its launch may not have made the directory yet; it makes it the same way.
@@ -183,6 +193,8 @@ struct Followed {
     progress: Progress,
     /// The daemon's policy with the job's own `--stop-on`.
     policy: midrun::Policy,
+    /// Since when its finished-but-alive stands, as the waste rules were told.
+    said_finished: Option<Millis>,
 }
 
 impl Followed {
@@ -324,6 +336,11 @@ impl Daemon {
                         alert.evidence = last_line(&f.files);
                     }
                     self.raise_alert(id, f, alert, now);
+                }
+                let said_finished = f.watch.said_finished_since();
+                if said_finished != f.said_finished {
+                    f.said_finished = said_finished;
+                    self.lock().monitor.set_said_finished(id, said_finished);
                 }
             }
             if !followed.printing.is_empty() && next_pace.is_none() {
@@ -478,6 +495,7 @@ impl Daemon {
             }
             followed.remove(fd, id);
             self.set_progress(id, None);
+            self.lock().monitor.set_said_finished(id, None);
             let Some(job) = running else {
                 continue;
             };
@@ -529,6 +547,11 @@ impl Daemon {
                     Vec::new()
                 }
             };
+            let mut watch = Watch::resume(raised, started_at.max(follower_started));
+            watch.expect(started_at, predicted, history.len());
+            if let Some(at) = last_written(&files) {
+                watch.printed_before_resume_at(at);
+            }
             followed.insert(
                 id,
                 Followed {
@@ -539,15 +562,12 @@ impl Daemon {
                     wd: Some(wd),
                     streams: [None, None],
                     scanner,
-                    watch: {
-                        let mut watch = Watch::resume(raised, started_at.max(follower_started));
-                        watch.expect(started_at, predicted, history.len());
-                        watch
-                    },
+                    watch,
                     has_gpus,
                     milestones: job.wake,
                     progress: Progress::default(),
                     policy,
+                    said_finished: None,
                 },
             );
         }

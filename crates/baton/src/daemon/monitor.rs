@@ -46,6 +46,10 @@ pub(super) struct MonitorState {
     /// so while the pid names the same process (same start time) the answer stands, and a
     /// sample costs one small read per process instead of three.
     facts: HashMap<u32, ProcessFacts>,
+    /// Running jobs whose `finished-but-alive` alert stands (they said they were done, then sat
+    /// quiet and idle, and have printed nothing since), since when: the follower sets and
+    /// clears it, the waste rules treat what they hold as held after finish.
+    said_finished: HashMap<JobId, Millis>,
     last_prune: Millis,
 }
 
@@ -64,6 +68,14 @@ impl MonitorState {
         since
     }
 
+    /// Records whether running job `id`'s `finished-but-alive` alert stands, and since when.
+    pub(super) fn set_said_finished(&mut self, id: JobId, since: Option<Millis>) {
+        match since {
+            Some(at) => self.said_finished.insert(id, at),
+            None => self.said_finished.remove(&id),
+        };
+    }
+
     pub(super) fn new(config: baton_core::waste::WasteConfig) -> MonitorState {
         MonitorState {
             engine: baton_core::waste::WasteEngine::new(config),
@@ -72,6 +84,7 @@ impl MonitorState {
             seen: HashMap::new(),
             facts: HashMap::new(),
             deprioritized: std::collections::HashSet::new(),
+            said_finished: HashMap::new(),
             last_prune: 0,
         }
     }
@@ -162,7 +175,15 @@ impl Daemon {
         // A user's daemon judges only that user's processes: others' are not its business
         // (and not its to signal).
         let only_uid = (!self.config.system).then_some(self.uid);
-        let snapshot = snapshot(now, &samples, &facts, &owners, only_uid, &running, &ended);
+        inner
+            .monitor
+            .said_finished
+            .retain(|id, _| running.iter().any(|j| j.id == *id));
+        let snapshot = Snapshot {
+            at: now,
+            gpus: gpu_observations(&samples, &facts, &owners, only_uid),
+            jobs: job_observations(now, &running, &ended, &inner.monitor.said_finished),
+        };
 
         // Series and usage.
         let mut gpu_rows = Vec::with_capacity(samples.len());
@@ -574,17 +595,14 @@ fn owner_of(
     }
 }
 
-/// The waste engine's view of one sample.
-fn snapshot(
-    now: Millis,
+/// The waste engine's view of the GPUs in one sample, with the processes it may judge.
+fn gpu_observations(
     samples: &[GpuSample],
     facts: &HashMap<u32, ProcessFacts>,
     owners: &HashMap<u32, ProcOwner>,
     only_uid: Option<u32>,
-    running: &[JobRecord],
-    ended: &BTreeMap<JobId, Option<JobRecord>>,
-) -> Snapshot {
-    let gpus = samples
+) -> Vec<GpuObs> {
+    samples
         .iter()
         .map(|s| GpuObs {
             index: s.index,
@@ -608,7 +626,16 @@ fn snapshot(
                 })
                 .collect(),
         })
-        .collect();
+        .collect()
+}
+
+/// The waste engine's view of the running jobs, and of the ended ones whose processes linger.
+fn job_observations(
+    now: Millis,
+    running: &[JobRecord],
+    ended: &BTreeMap<JobId, Option<JobRecord>>,
+    said_finished: &HashMap<JobId, Millis>,
+) -> Vec<JobObs> {
     let obs = |j: &JobRecord, running: bool| JobObs {
         id: j.id,
         owner: j.owner.clone(),
@@ -617,14 +644,11 @@ fn snapshot(
         gpus: j.gpus().to_vec(),
         started_at: j.started_at().unwrap_or(now),
         running,
+        said_finished_at: running.then(|| said_finished.get(&j.id).copied()).flatten(),
     };
     let mut jobs: Vec<JobObs> = running.iter().map(|j| obs(j, true)).collect();
     jobs.extend(ended.values().flatten().map(|j| obs(j, false)));
-    Snapshot {
-        at: now,
-        gpus,
-        jobs,
-    }
+    jobs
 }
 
 #[cfg(test)]
