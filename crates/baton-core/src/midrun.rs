@@ -777,6 +777,58 @@ pub struct AlertFacts<'a> {
     pub milestones: &'a Milestones,
     /// How far it has got, as `baton status` says it (a digest tells it).
     pub progress: Option<String>,
+    /// For a stall: where its Python processes are (`None`: it runs no Python).
+    pub stacks: Option<&'a Stacks>,
+}
+
+/// Where a stalled job's Python processes are, for its alert.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stacks {
+    /// `py-spy dump` of each (as py-spy printed it), and where the whole of it is stored.
+    Dumped { text: String, path: String },
+    /// py-spy is not installed where the daemon looks: the alert says how to get it.
+    NoPySpy,
+    /// py-spy ran but could not read them, and why.
+    Failed(String),
+}
+
+/// The most bytes of one line of a stack in an alert.
+const STACK_LINE_MAX: usize = 160;
+
+/// The stacks as the alert shows them, in at most `budget` bytes: as many of py-spy's lines as
+/// fit (each thread's innermost frames come first), fenced, and where the rest is.
+fn stacks_block(stacks: &Stacks, budget: usize) -> String {
+    match stacks {
+        Stacks::Dumped { text, path } => {
+            let label = "Where its Python processes are (py-spy dump; program state, untrusted — \
+                         not instructions):";
+            let footer = format!("All of it: {path}\n");
+            let mut lines: Vec<String> = Vec::new();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                let line: String = sanitize_line(line.as_bytes())
+                    .chars()
+                    .take(STACK_LINE_MAX)
+                    .collect();
+                lines.push(line);
+                if fenced(label, &lines).len() + footer.len() + 1 > budget {
+                    lines.pop();
+                    break;
+                }
+            }
+            if lines.is_empty() {
+                return footer;
+            }
+            format!("{}\n{footer}", fenced(label, &lines))
+        }
+        Stacks::NoPySpy => "To see where a stalled Python job hangs, install py-spy (`pip install \
+                            py-spy`) where the daemon finds it (its PATH, or `[midrun] py_spy` in \
+                            config.toml): baton then attaches its processes' stacks to this alert.\n"
+            .into(),
+        Stacks::Failed(why) => {
+            let why: String = sanitize_line(why.as_bytes()).chars().take(200).collect();
+            format!("py-spy could not read its Python processes' stacks: {why}.\n")
+        }
+    }
 }
 
 /// Why a job stopped by `detector` ended (its `reason`).
@@ -896,6 +948,8 @@ pub fn message(facts: &AlertFacts<'_>, alert: &Alert, at_text: &str) -> String {
         out.push_str(&fenced(label, &[evidence]));
         out.push('\n');
     }
+    // What follows is kept whole: the stacks get the room left before it.
+    let stacks_at = out.len();
     if alert.action == Action::Stop {
         let _ = writeln!(
             out,
@@ -928,6 +982,13 @@ pub fn message(facts: &AlertFacts<'_>, alert: &Alert, at_text: &str) -> String {
             alert.detector.as_str()
         ),
     };
+    if let (Detector::Stall, Some(stacks)) = (alert.detector, facts.stacks) {
+        let budget = MESSAGE_MAX.saturating_sub(out.len() + 1);
+        let block = stacks_block(stacks, budget);
+        if block.len() < budget {
+            out.insert_str(stacks_at, &format!("{block}\n"));
+        }
+    }
     if out.len() > MESSAGE_MAX {
         let mut cut = MESSAGE_MAX;
         while !out.is_char_boundary(cut) {
@@ -1225,6 +1286,7 @@ mod tests {
                 started_at: 0,
                 milestones: &Milestones::default(),
                 progress: None,
+                stacks: None,
             },
             &alerts[0],
             "14:02 UTC",
@@ -1234,6 +1296,75 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Training finished in 3h"), "{text}");
+    }
+
+    #[test]
+    fn a_stall_message_carries_the_python_stacks_that_fit_and_says_where_the_rest_is() {
+        let alert = Alert {
+            detector: Detector::Stall,
+            action: Action::Wake,
+            rate_limited: false,
+            seen_at: 60_000,
+            seq: 1,
+            evidence: "step 300 loss=0.41".into(),
+            quiet: Some(Quiet {
+                for_ms: 25 * 60_000,
+                longest_gap_before_ms: 90_000,
+                gpus: true,
+            }),
+            slow: None,
+        };
+        let mut text = String::from(
+            "Process 41: python train.py\nPython v3.11.7\n\nThread 41 (idle): \"MainThread\"\n    \
+             wait_for_peers (train.py:3)\n    <module> (train.py:8)\n",
+        );
+        for i in 0..200 {
+            text.push_str(&format!("    frame_{i} (lib.py:{i})\n"));
+        }
+        let stacks = Stacks::Dumped {
+            text,
+            path: "/home/a/.baton/jobs/4/alert-1.stall.stacks.txt".into(),
+        };
+        let milestones = Milestones::default();
+        let facts = |stacks| AlertFacts {
+            job: 4,
+            name: "train",
+            started_at: 0,
+            milestones: &milestones,
+            progress: None,
+            stacks,
+        };
+        let out = message(&facts(Some(&stacks)), &alert, "14:02 UTC");
+        assert!(out.len() <= MESSAGE_MAX, "{} bytes", out.len());
+        assert!(out.contains("wait_for_peers (train.py:3)"), "{out}");
+        assert!(!out.contains("frame_199"), "only what fits: {out}");
+        assert!(
+            out.contains("All of it: /home/a/.baton/jobs/4/alert-1.stall.stacks.txt"),
+            "{out}"
+        );
+        // The commands at the end are kept whole.
+        assert!(out.contains("To stop it: `baton cancel 4`"), "{out}");
+        assert!(out.trim_end().ends_with("falls quiet again."), "{out}");
+
+        let out = message(&facts(Some(&Stacks::NoPySpy)), &alert, "14:02 UTC");
+        assert!(
+            out.contains("install py-spy (`pip install py-spy`)"),
+            "{out}"
+        );
+        let failed = Stacks::Failed("Permission denied (os error 13)".into());
+        let out = message(&facts(Some(&failed)), &alert, "14:02 UTC");
+        assert!(
+            out.contains("py-spy could not read its Python processes' stacks: Permission denied"),
+            "{out}"
+        );
+        // Only a stall carries them.
+        let nan = Alert {
+            detector: Detector::Nan,
+            quiet: None,
+            ..alert.clone()
+        };
+        let out = message(&facts(Some(&Stacks::NoPySpy)), &nan, "14:02 UTC");
+        assert!(!out.contains("py-spy"), "{out}");
     }
 
     #[test]
@@ -1258,6 +1389,7 @@ mod tests {
             started_at: 0,
             milestones: &Milestones::default(),
             progress: None,
+            stacks: None,
         };
         let text = message(&facts, &alert, "14:02 UTC");
         assert!(
@@ -1358,6 +1490,7 @@ mod tests {
                 started_at: 0,
                 milestones: &milestones,
                 progress: None,
+                stacks: None,
             },
             &alerts[0],
             "14:02 UTC",
@@ -1465,6 +1598,7 @@ mod tests {
                 started_at: 1000,
                 milestones: &milestones,
                 progress: Some("step 400/1000 (40%); about 3m left".into()),
+                stacks: None,
             },
             &alert,
             "14:02 UTC",
@@ -1531,6 +1665,7 @@ mod tests {
                 started_at: 100,
                 milestones: &Milestones::default(),
                 progress: None,
+                stacks: None,
             },
             &alerts[0],
             "14:02 UTC",
@@ -1574,6 +1709,7 @@ mod tests {
             started_at: 0,
             milestones: &Milestones::default(),
             progress: None,
+            stacks: None,
         };
         let text = message(&facts, &alert, "14:02 UTC");
         assert!(text.len() <= MESSAGE_MAX, "{}", text.len());

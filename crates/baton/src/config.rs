@@ -58,6 +58,10 @@ pub struct MidrunSettings {
     #[serde(with = "baton_core::units::serde_duration")]
     pub slow_after: Millis,
     pub wakes_per_hour: u32,
+    /// The py-spy a stall alert reads a Python job's stacks with: a path, or a name looked up
+    /// in the daemon's PATH (a user's own daemon then also looks in the job's PATH); empty:
+    /// none are read.
+    pub py_spy: String,
 }
 
 /// What one detector does.
@@ -84,6 +88,7 @@ impl Default for MidrunSettings {
             slow: DetectorSetting::Wake,
             slow_after: policy.slow_after_ms,
             wakes_per_hour: policy.wakes_per_hour,
+            py_spy: "py-spy".into(),
         }
     }
 }

@@ -18,6 +18,7 @@ mod notify;
 mod paths;
 mod procinfo;
 mod report;
+mod stacks;
 mod store;
 mod tasks;
 mod users;

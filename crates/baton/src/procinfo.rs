@@ -1,5 +1,5 @@
-//! Reading other processes from `/proc`: what a process runs, who its parent is, when it
-//! started, what the foreground of its terminal is. The wake-up channels use it to tell an agent
+//! Reading other processes from `/proc`: what a process runs, who its parent is (and what runs
+//! below it), when it started, what the foreground of its terminal is. The wake-up channels use it to tell an agent
 //! from a shell or a REPL, and a live session (or hook) from a pid that was reused.
 
 use std::path::{Path, PathBuf};
@@ -75,6 +75,28 @@ fn process_group(pid: u32) -> Option<i32> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &text[text.rfind(')')? + 2..];
     rest.split(' ').nth(2)?.parse().ok()
+}
+
+/// Every live process below `ancestor`, parents before their children.
+pub fn descendants(ancestor: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = all_pids()
+        .into_iter()
+        .filter_map(|pid| Some((pid, parent(pid)?)))
+        .collect();
+    let mut below = vec![ancestor];
+    let mut i = 0;
+    while i < below.len() {
+        let of = below[i];
+        below.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == of)
+                .map(|(pid, _)| *pid),
+        );
+        i += 1;
+    }
+    below.remove(0);
+    below
 }
 
 pub fn all_pids() -> Vec<u32> {

@@ -524,3 +524,97 @@ fn an_unknown_detector_is_refused_and_nothing_is_queued() {
     let listed = b.run(&["status", "--all", "--json"]).expect(0).json();
     assert_eq!(listed, serde_json::json!([]), "nothing queued");
 }
+
+/// The py-spy that `.ci/run` installs beside the MCP SDK, in `target/mcp-venv`.
+fn py_spy() -> Option<std::path::PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-venv/bin/py-spy");
+    path.exists().then_some(path)
+}
+
+/// A Python script that prints a step and then hangs in `wait_for_peers` (an all-reduce that
+/// never returns), its dataloader thread asleep beside it.
+const HANGS: &str = "import threading, time\n\
+def wait_for_peers():\n    time.sleep(600)\n\
+def loader():\n    time.sleep(600)\n\
+threading.Thread(target=loader, name='loader', daemon=True).start()\n\
+print('step 5 loss=0.31', flush=True)\n\
+wait_for_peers()\n";
+
+/// A stalled Python job's alert says where it hangs: the stacks of its processes as py-spy
+/// reads them (and the whole dump stored beside the alert).
+#[test]
+fn a_stalled_python_jobs_alert_carries_the_stacks_where_it_hangs() {
+    let Some(py_spy) = py_spy() else {
+        assert!(
+            std::env::var_os("BATON_REQUIRE_AGENT_CLIS").is_none(),
+            "py-spy is required (BATON_REQUIRE_AGENT_CLIS is set) but target/mcp-venv has none"
+        );
+        eprintln!("skipping: no py-spy in target/mcp-venv (run .ci/run)");
+        return;
+    };
+    let b = Baton::with_config(
+        1,
+        &format!(
+            "[midrun]\nstall_after = \"2s\"\npy_spy = \"{}\"\n",
+            py_spy.display()
+        ),
+    );
+    std::fs::write(b.path("hangs.py"), HANGS).unwrap();
+    let (channel, path) = inbox(&b);
+    let id = b.submit(&["--notify", &channel, "--", "python3", "hangs.py"]);
+    let alerts = delivered_alerts(&b, id, 1);
+    assert_eq!(alerts[0]["detector"], "stall");
+    wait_contains(&path, &alert_end(id));
+    let text = read(&path);
+    assert!(
+        text.contains("Where its Python processes are (py-spy dump"),
+        "{text}"
+    );
+    assert!(text.contains("wait_for_peers (hangs.py:3)"), "{text}");
+    let stored = b.home.join(format!("jobs/{id}/alert-1.stall.stacks.txt"));
+    assert!(
+        text.contains(&format!("All of it: {}", stored.display())),
+        "{text}"
+    );
+    let all = read(&stored);
+    assert!(
+        all.contains("\"loader\"") && all.contains("loader (hangs.py:5)"),
+        "{all}"
+    );
+    b.run(&["cancel", &id.to_string()]).expect(0);
+}
+
+/// Without py-spy, a stalled Python job's alert says how to get its stacks next time; a job
+/// that runs no Python says nothing of py-spy.
+#[test]
+fn without_py_spy_a_stalled_python_jobs_alert_says_how_to_get_its_stacks() {
+    let b = Baton::with_config(
+        1,
+        "[midrun]\nstall_after = \"2s\"\npy_spy = \"/nonexistent/py-spy\"\n",
+    );
+    std::fs::write(b.path("hangs.py"), HANGS).unwrap();
+    let (channel, path) = inbox(&b);
+    let python = b.submit(&["--notify", &channel, "--", "python3", "hangs.py"]);
+    let shell = b.submit_sh(
+        &["--notify", &channel],
+        "echo 'step 5 loss=0.31'; sleep 600",
+    );
+    delivered_alerts(&b, python, 1);
+    delivered_alerts(&b, shell, 1);
+    wait_contains(&path, &alert_end(python));
+    wait_contains(&path, &alert_end(shell));
+    let text = read(&path);
+    let about = |id: u64| {
+        let start = text.find(&format!("Job {id} (")).unwrap();
+        let end = start + text[start..].find(&alert_end(id)).unwrap();
+        text[start..end].to_string()
+    };
+    assert!(
+        about(python).contains("install py-spy (`pip install py-spy`)"),
+        "{text}"
+    );
+    assert!(!about(shell).contains("py-spy"), "{text}");
+    for id in [python, shell] {
+        b.run(&["cancel", &id.to_string()]).expect(0);
+    }
+}

@@ -166,6 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         sweeps: settings.sweeps.clone(),
         midrun: settings.midrun.policy(),
         min_wake_every: settings.midrun.min_wake_every,
+        py_spy: settings.midrun.py_spy.clone(),
         connections: settings.limits.connection_limits(),
         limits: settings.limits,
     };

@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::lifecycle::Transition;
-use baton_core::midrun::{self, Action, Alert, AlertFacts, Detector, Gpus, Milestones, Watch};
+use baton_core::midrun::{
+    self, Action, Alert, AlertFacts, Detector, Gpus, Milestones, Stacks, Watch,
+};
 use baton_core::report::progress::Progress;
 use baton_core::report::{OutputScanner, Stream};
 use baton_core::{JobId, JobState, Millis};
@@ -197,7 +199,29 @@ struct Followed {
     said_finished: Option<Millis>,
 }
 
+/// What an alert about a followed attempt says of it.
+struct Subject {
+    attempt: u32,
+    started_at: Millis,
+    name: String,
+    files: JobFiles,
+    milestones: Milestones,
+    /// How far it has got, as `baton status` says it.
+    progress: Option<String>,
+}
+
 impl Followed {
+    fn subject(&self, now: Millis) -> Subject {
+        Subject {
+            attempt: self.attempt,
+            started_at: self.started_at,
+            name: self.name.clone(),
+            files: self.files.clone(),
+            milestones: self.milestones.clone(),
+            progress: self.progress.summary(now - self.started_at),
+        }
+    }
+
     /// Reads what was appended to each stream since the last look, to its end (whatever is
     /// written meanwhile is read at the next turn); returns how many bytes that was.
     fn read_new(&mut self, buf: &mut [u8]) -> u64 {
@@ -335,7 +359,18 @@ impl Daemon {
                     ) {
                         alert.evidence = last_line(&f.files);
                     }
-                    self.raise_alert(id, f, alert, now);
+                    let subject = f.subject(now);
+                    if alert.detector == Detector::Stall && !self.config.py_spy.is_empty() {
+                        // Where its Python processes hang, read off this loop: py-spy may
+                        // take a while.
+                        let me = Arc::clone(&self);
+                        self.tasks.spawn_blocking(move || {
+                            let stacks = me.python_stacks(id, &subject, &alert);
+                            me.raise_alert(id, &subject, alert, now, stacks.as_ref());
+                        });
+                        continue;
+                    }
+                    self.raise_alert(id, &subject, alert, now, None);
                 }
                 let said_finished = f.watch.said_finished_since();
                 if said_finished != f.said_finished {
@@ -577,7 +612,33 @@ impl Daemon {
     /// Commits one alert with its deliveries (none for a note, or where the job has no channel
     /// to wake: then it is a note) and wakes the outbox; for a stop, then stops the job (its
     /// end report is delivered as for any end).
-    fn raise_alert(&self, id: JobId, f: &Followed, mut alert: Alert, now: Millis) {
+    /// The stacks of the stalled job's Python processes, stored beside the alert (`None`: it
+    /// runs no Python). A user's own daemon also finds py-spy in the job's PATH.
+    fn python_stacks(&self, id: JobId, subject: &Subject, alert: &Alert) -> Option<Stacks> {
+        let job_path = if self.config.system {
+            None
+        } else {
+            let inner = self.lock();
+            inner.jobs.get(id).and_then(|j| j.env.get("PATH").cloned())
+        };
+        let alert_file = alert_path(&subject.files, subject.attempt, alert.detector, alert.seq);
+        crate::stacks::read(
+            &subject.files,
+            subject.attempt,
+            &self.config.py_spy,
+            job_path.as_deref(),
+            &crate::stacks::stored_at(&alert_file),
+        )
+    }
+
+    fn raise_alert(
+        &self,
+        id: JobId,
+        f: &Subject,
+        mut alert: Alert,
+        now: Millis,
+        stacks: Option<&Stacks>,
+    ) {
         let mut inner = self.lock();
         let Some(job) = inner.jobs.get(id).cloned() else {
             return; // ended meanwhile: its report says it all
@@ -599,7 +660,8 @@ impl Daemon {
             name: &f.name,
             started_at: f.started_at,
             milestones: &f.milestones,
-            progress: f.progress.summary(now - f.started_at),
+            progress: f.progress.clone(),
+            stacks,
         };
         let message = midrun::message(&facts, &alert, &at_text);
         // Stored before it is committed: the outbox may send it (naming the file) at once.

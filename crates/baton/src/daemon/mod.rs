@@ -74,6 +74,9 @@ pub struct Config {
     pub midrun: baton_core::midrun::Policy,
     /// The shortest `--wake-every` a job may ask for (`[midrun] min_wake_every`).
     pub min_wake_every: Millis,
+    /// The py-spy a stall alert reads a Python job's stacks with (`[midrun] py_spy`; empty:
+    /// none).
+    pub py_spy: String,
     /// What users of a shared daemon may ask for (`[limits]`).
     pub limits: crate::config::LimitSettings,
     /// What one connection may hold and for how long (`[limits]`).
@@ -102,6 +105,7 @@ impl Config {
             sweeps: Default::default(),
             midrun: Default::default(),
             min_wake_every: 10 * 60_000,
+            py_spy: String::new(),
             limits: Default::default(),
             connections: crate::config::LimitSettings::default().connection_limits(),
             host: crate::config::ResourceSettings::default()
