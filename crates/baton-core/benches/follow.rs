@@ -3,7 +3,7 @@
 //! 64 KiB reads of training-log-shaped output, and of a follower waiting for a milestone.
 //! `cargo bench -p baton-core --bench follow`; results in docs/benchmarks.md.
 
-use baton_core::midrun::Milestones;
+use baton_core::midrun::{AskedMilestones, Milestones};
 use baton_core::report::{OutputScanner, Stream};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
@@ -75,7 +75,11 @@ fn bench(c: &mut Criterion) {
             })
         });
         // A job that asked to be woken at a milestone it has not reached: every line parsed.
-        let milestone = Milestones::parse(&[], &["val_acc>=0.99".into()]).expect("valid");
+        let milestone = Milestones::parse(AskedMilestones {
+            wake_when: &["val_acc>=0.99".into()],
+            ..Default::default()
+        })
+        .expect("valid");
         let mut awaiting = OutputScanner::with_milestones(&milestone).expect("valid");
         group.bench_function(format!("{name} / following, a milestone to meet"), |b| {
             b.iter(|| {

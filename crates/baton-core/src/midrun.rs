@@ -152,6 +152,8 @@ pub struct Policy {
     pub slow: Option<Action>,
     /// No job is slow before it has run this long (short jobs vary too much to tell).
     pub slow_after_ms: Millis,
+    /// What each of the job's milestones does, in milestone order (wake when not listed).
+    pub milestones: Vec<Action>,
 }
 
 impl Default for Policy {
@@ -168,6 +170,7 @@ impl Default for Policy {
             wake_every_ms: None,
             slow: Some(Action::Wake),
             slow_after_ms: 10 * 60_000,
+            milestones: Vec::new(),
         }
     }
 }
@@ -226,15 +229,24 @@ impl Policy {
             Detector::Stall => self.stall,
             Detector::FinishedButAlive => self.finished,
             Detector::Slow => self.slow,
-            Detector::Milestone(_) => Some(Action::Wake),
+            Detector::Milestone(i) => Some(
+                self.milestones
+                    .get(i as usize)
+                    .copied()
+                    .unwrap_or(Action::Wake),
+            ),
             Detector::Digest => self.wake_every_ms.map(|_| Action::Wake),
         }
     }
 
-    /// This policy for a job whose submitter asked for a digest every `every` (`--wake-every`).
-    pub fn with_digest(&self, every: Option<Millis>) -> Policy {
+    /// This policy for a job with `milestones`: what each does, and its digest's period
+    /// (`--wake-every`).
+    pub fn with_milestones(&self, milestones: &Milestones) -> Policy {
         Policy {
-            wake_every_ms: every,
+            wake_every_ms: milestones.wake_every_ms,
+            milestones: (0..milestones.count())
+                .map(|i| milestones.action(i))
+                .collect(),
             ..self.clone()
         }
     }
@@ -245,58 +257,106 @@ impl Policy {
     }
 }
 
-/// What a submitter asked to be woken for while its job runs: a line matching a pattern
-/// (`--wake-on REGEX`), a parsed metric meeting a condition (`--wake-when 'val_acc>=0.9'`).
-/// Each wakes once per attempt, at the first line that shows it.
+/// What a submitter asked to hear of while its job runs, each once per attempt at the first
+/// line that shows it: a line matching a pattern (`--wake-on REGEX`, which wakes), a parsed
+/// metric meeting a condition (`--wake-when 'val_acc>=0.9'` wakes, `--note-when` only records
+/// it, `--stop-when 'loss>10'` ends the job as failed). Milestone N counts the patterns first,
+/// then the conditions in that order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Milestones {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wake_on: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wake_when: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub note_when: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop_when: Vec<Condition>,
     /// `--wake-every`: a short progress digest this often while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_every_ms: Option<Millis>,
 }
 
+/// The milestones as the submitter typed them (`--wake-on`, `--wake-when`, `--note-when`,
+/// `--stop-when`), to be checked by [`Milestones::parse`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AskedMilestones<'a> {
+    pub wake_on: &'a [String],
+    pub wake_when: &'a [String],
+    pub note_when: &'a [String],
+    pub stop_when: &'a [String],
+}
+
 impl Milestones {
     /// Whether it asks for nothing (no milestone and no digest).
     pub fn is_empty(&self) -> bool {
-        self.wake_on.is_empty() && self.wake_when.is_empty() && self.wake_every_ms.is_none()
+        self.count() == 0 && self.wake_every_ms.is_none()
+    }
+
+    /// How many milestones there are.
+    pub fn count(&self) -> usize {
+        self.wake_on.len() + self.wake_when.len() + self.note_when.len() + self.stop_when.len()
     }
 
     /// Checks and builds them from what the submitter typed; the error says what is wrong
     /// with which one.
-    pub fn parse(wake_on: &[String], wake_when: &[String]) -> Result<Milestones, String> {
-        if wake_on.len() + wake_when.len() > MAX_MILESTONES {
+    pub fn parse(asked: AskedMilestones<'_>) -> Result<Milestones, String> {
+        let count = asked.wake_on.len()
+            + asked.wake_when.len()
+            + asked.note_when.len()
+            + asked.stop_when.len();
+        if count > MAX_MILESTONES {
             return Err(format!(
-                "{} milestones asked for (--wake-on and --wake-when together); at most \
-                 {MAX_MILESTONES}",
-                wake_on.len() + wake_when.len()
+                "{count} milestones asked for (--wake-on, --wake-when, --note-when and \
+                 --stop-when together); at most {MAX_MILESTONES}"
             ));
         }
-        for pattern in wake_on {
+        for pattern in asked.wake_on {
             compile(pattern)?;
         }
-        let wake_when = wake_when
-            .iter()
-            .map(|c| Condition::parse(c))
-            .collect::<Result<Vec<_>, _>>()?;
+        let conditions = |flag: &str, texts: &[String]| {
+            texts
+                .iter()
+                .map(|c| Condition::parse(c).map_err(|e| e.replacen("--wake-when", flag, 1)))
+                .collect::<Result<Vec<_>, _>>()
+        };
         Ok(Milestones {
-            wake_on: wake_on.to_vec(),
-            wake_when,
+            wake_on: asked.wake_on.to_vec(),
+            wake_when: conditions("--wake-when", asked.wake_when)?,
+            note_when: conditions("--note-when", asked.note_when)?,
+            stop_when: conditions("--stop-when", asked.stop_when)?,
             wake_every_ms: None,
         })
     }
 
+    /// The conditions, in milestone order (after the patterns), each with what it does.
+    pub fn conditions(&self) -> impl Iterator<Item = (&Condition, Action)> {
+        (self.wake_when.iter().map(|c| (c, Action::Wake)))
+            .chain(self.note_when.iter().map(|c| (c, Action::Note)))
+            .chain(self.stop_when.iter().map(|c| (c, Action::Stop)))
+    }
+
+    /// What milestone `i` does.
+    pub fn action(&self, i: usize) -> Action {
+        match i.checked_sub(self.wake_on.len()) {
+            None => Action::Wake,
+            Some(c) => self.conditions().nth(c).map_or(Action::Wake, |(_, a)| a),
+        }
+    }
+
     /// Milestone `i` as the submitter gave it (`--wake-on 'Epoch 2 done'`).
     pub fn describe(&self, i: usize) -> String {
-        match self.wake_on.get(i) {
-            Some(pattern) => format!("--wake-on '{pattern}'"),
-            None => match self.wake_when.get(i - self.wake_on.len()) {
-                Some(c) => format!("--wake-when '{}'", c.text()),
-                None => format!("milestone {}", i + 1),
-            },
+        if let Some(pattern) = self.wake_on.get(i) {
+            return format!("--wake-on '{pattern}'");
+        }
+        let flag = |action| match action {
+            Action::Wake => "--wake-when",
+            Action::Note => "--note-when",
+            Action::Stop => "--stop-when",
+        };
+        match self.conditions().nth(i - self.wake_on.len()) {
+            Some((c, action)) => format!("{} '{}'", flag(action), c.text()),
+            None => format!("milestone {}", i + 1),
         }
     }
 }
@@ -831,8 +891,18 @@ fn stacks_block(stacks: &Stacks, budget: usize) -> String {
     }
 }
 
-/// Why a job stopped by `detector` ended (its `reason`).
-pub fn stop_reason(detector: Detector) -> String {
+/// Milestone `i` as its submitter gave it, made safe to show.
+fn asked_for(milestones: &Milestones, i: u8) -> String {
+    let asked = sanitize_line(milestones.describe(i as usize).as_bytes());
+    asked.chars().take(200).collect()
+}
+
+/// Why a job stopped by `detector` ended (its `reason`); a milestone is named as its submitter
+/// gave it.
+pub fn stop_reason(detector: Detector, milestones: &Milestones) -> String {
+    if let Detector::Milestone(i) = detector {
+        return format!("stopped by baton: it met {}", asked_for(milestones, i));
+    }
     format!(
         "stopped by baton: {} (--stop-on {})",
         match detector {
@@ -912,12 +982,15 @@ pub fn message(facts: &AlertFacts<'_>, alert: &Alert, at_text: &str) -> String {
             };
         }
         Detector::Milestone(i) => {
-            let asked = sanitize_line(facts.milestones.describe(i as usize).as_bytes());
-            let asked: String = asked.chars().take(200).collect();
+            let asked = asked_for(facts.milestones, i);
+            let what = match facts.milestones.action(i as usize) {
+                Action::Wake => "is still running and reached what you asked to be woken for",
+                Action::Note => "reached what you asked baton to note",
+                Action::Stop => "met what you asked baton to stop it at",
+            };
             let _ = writeln!(
                 out,
-                "Job {job} ({name}) is still running and reached what you asked to be woken \
-                 for: {asked} ({at_text}, {into_run} into the run)."
+                "Job {job} ({name}) {what}: {asked} ({at_text}, {into_run} into the run)."
             );
         }
         _ => {
@@ -951,11 +1024,14 @@ pub fn message(facts: &AlertFacts<'_>, alert: &Alert, at_text: &str) -> String {
     // What follows is kept whole: the stacks get the room left before it.
     let stacks_at = out.len();
     if alert.action == Action::Stop {
+        let why = match alert.detector {
+            Detector::Milestone(i) => asked_for(facts.milestones, i),
+            detector => format!("--stop-on {}", detector.as_str()),
+        };
         let _ = writeln!(
             out,
-            "baton stopped it (--stop-on {}): it ends as failed, freeing its GPUs, and its end \
-             report follows. `baton logs {job} --tail 50` shows more of its output.",
-            alert.detector.as_str()
+            "baton stopped it ({why}): it ends as failed, freeing its GPUs, and its end report \
+             follows. `baton logs {job} --tail 50` shows more of its output."
         );
     } else {
         let _ = writeln!(
@@ -1108,7 +1184,7 @@ mod tests {
         assert_eq!(alerts[0].action, Action::Stop);
         assert!(!alerts[0].rate_limited);
         assert_eq!(
-            stop_reason(Detector::Nan),
+            stop_reason(Detector::Nan, &Milestones::default()),
             "stopped by baton: its loss became NaN or infinite (--stop-on nan)"
         );
     }
@@ -1406,21 +1482,22 @@ mod tests {
         assert!(text.contains("Its last line"), "{text}");
         assert!(text.contains("step 300 loss=0.41"), "{text}");
         assert_eq!(
-            stop_reason(Detector::Stall),
+            stop_reason(Detector::Stall, &Milestones::default()),
             "stopped by baton: it stalled (no output, its GPUs idle) (--stop-on stall)"
         );
     }
 
     #[test]
     fn milestones_are_checked_when_asked_for_and_say_what_is_wrong() {
-        let m = Milestones::parse(
-            &["Epoch \\d+ done".into()],
-            &[
+        let m = Milestones::parse(AskedMilestones {
+            wake_on: &["Epoch \\d+ done".into()],
+            wake_when: &[
                 "val_acc>=0.9".into(),
                 "Epoch >= 1".into(),
                 "loss<0.1".into(),
             ],
-        )
+            ..Default::default()
+        })
         .unwrap();
         assert_eq!(m.wake_when[0].metric, "val_acc");
         assert_eq!(m.wake_when[0].op, Comparison::AtLeast);
@@ -1455,14 +1532,23 @@ mod tests {
             (vec![], vec![">=1".into()], "the metric must be a name"),
             (vec![], vec!["x>=1".into(); 17], "at most 16"),
         ] {
-            let err = Milestones::parse(&on, &when).unwrap_err();
+            let err = Milestones::parse(AskedMilestones {
+                wake_on: &on,
+                wake_when: &when,
+                ..Default::default()
+            })
+            .unwrap_err();
             assert!(err.contains(says), "{err}");
         }
     }
 
     #[test]
     fn a_milestone_wakes_once_and_its_message_names_what_was_asked() {
-        let milestones = Milestones::parse(&[], &["val_acc>=0.9".into()]).unwrap();
+        let milestones = Milestones::parse(AskedMilestones {
+            wake_when: &["val_acc>=0.9".into()],
+            ..Default::default()
+        })
+        .unwrap();
         let policy = Policy {
             wakes_per_hour: 0,
             ..Policy::default()
@@ -1503,6 +1589,76 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("epoch 3 val_acc=0.91"), "{text}");
+    }
+
+    #[test]
+    fn a_milestone_can_note_or_stop_and_its_message_and_reason_say_which() {
+        let milestones = Milestones::parse(AskedMilestones {
+            wake_on: &["Epoch \\d+ done".into()],
+            note_when: &["epoch>=1".into()],
+            stop_when: &["loss>10".into()],
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(milestones.count(), 3);
+        assert_eq!(
+            (0..3).map(|i| milestones.action(i)).collect::<Vec<_>>(),
+            [Action::Wake, Action::Note, Action::Stop]
+        );
+        assert_eq!(milestones.describe(1), "--note-when 'epoch>=1'");
+        assert_eq!(milestones.describe(2), "--stop-when 'loss>10'");
+        let policy = Policy::default().with_milestones(&milestones);
+        let mut watch = Watch::resume(Vec::new(), 0);
+        let hit = SoFar {
+            milestones: vec![
+                None,
+                Some("epoch=1 loss=0.4".into()),
+                Some("loss=12.5".into()),
+            ],
+            ..SoFar::default()
+        };
+        let alerts = watch.check(&hit, 5000, &policy, busy);
+        let actions: Vec<_> = alerts.iter().map(|a| (a.detector, a.action)).collect();
+        assert_eq!(
+            actions,
+            [
+                (Detector::Milestone(1), Action::Note),
+                (Detector::Milestone(2), Action::Stop)
+            ]
+        );
+        let facts = AlertFacts {
+            job: 3,
+            name: "train",
+            started_at: 0,
+            milestones: &milestones,
+            progress: None,
+            stacks: None,
+        };
+        let noted = message(&facts, &alerts[0], "14:02 UTC");
+        assert!(
+            noted.contains(
+                "Job 3 (train) reached what you asked baton to note: --note-when 'epoch>=1'"
+            ),
+            "{noted}"
+        );
+        let stopped = message(&facts, &alerts[1], "14:02 UTC");
+        assert!(
+            stopped.contains(
+                "Job 3 (train) met what you asked baton to stop it at: --stop-when 'loss>10'"
+            ) && stopped.contains("baton stopped it (--stop-when 'loss>10'): it ends as failed"),
+            "{stopped}"
+        );
+        assert_eq!(
+            stop_reason(Detector::Milestone(2), &milestones),
+            "stopped by baton: it met --stop-when 'loss>10'"
+        );
+        // A bad condition is named by its own flag.
+        let err = Milestones::parse(AskedMilestones {
+            stop_when: &["loss>>1".into()],
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.starts_with("--stop-when 'loss>>1'"), "{err}");
     }
 
     #[test]
@@ -1550,7 +1706,10 @@ mod tests {
 
     #[test]
     fn a_digest_comes_every_period_and_says_how_far_the_job_is() {
-        let policy = Policy::default().with_digest(Some(60_000));
+        let policy = Policy::default().with_milestones(&Milestones {
+            wake_every_ms: Some(60_000),
+            ..Milestones::default()
+        });
         let mut watch = Watch::resume(Vec::new(), 1000);
         let nothing = seen(None, None);
         assert!(watch.check(&nothing, 60_999, &policy, busy).is_empty());

@@ -114,6 +114,7 @@ impl MidrunSettings {
             wake_every_ms: None,
             slow: action(self.slow),
             slow_after_ms: self.slow_after,
+            milestones: Vec::new(),
         }
     }
 }

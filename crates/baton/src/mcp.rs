@@ -175,6 +175,15 @@ struct SubmitJobArgs {
     /// "val_acc>=0.9", "epoch>=1" (METRIC OP NUMBER; OP one of >=, >, <=, <, ==), once each.
     #[serde(default)]
     wake_when: Vec<String>,
+    /// Record (in its report, without waking you) when a printed metric first meets each
+    /// condition, e.g. "epoch>=1".
+    #[serde(default)]
+    note_when: Vec<String>,
+    /// End the job as failed, freeing its GPUs, when a printed metric first meets each
+    /// condition, e.g. "loss>10" (it diverged) or "val_acc>=0.95" (good enough); its end report
+    /// then wakes you.
+    #[serde(default)]
+    stop_when: Vec<String>,
     /// A short progress digest this often while it runs, e.g. "2h" (at least the daemon's
     /// minimum, 10m by default).
     #[serde(default)]
@@ -1101,6 +1110,8 @@ impl BatonTools {
             stop_on: args.stop_on,
             wake_on: args.wake_on,
             wake_when: args.wake_when,
+            note_when: args.note_when,
+            stop_when: args.stop_when,
             wake_every_ms,
             time_limit_ms,
             retries: args.retries.unwrap_or(0),

@@ -311,6 +311,62 @@ fn milestones_the_submitter_asked_for_wake_it_once_each_while_the_job_runs() {
     );
 }
 
+/// `--note-when` records a milestone without waking anyone; `--stop-when` ends the job as
+/// failed at its first line, freeing its GPU, and the end report (naming the condition) is
+/// what wakes the submitter.
+#[test]
+fn a_milestone_can_only_note_or_stop_the_job() {
+    let b = Baton::start(1);
+    let (channel, path) = inbox(&b);
+    let id = b.submit_sh(
+        &[
+            "--gpus",
+            "1",
+            "--notify",
+            &channel,
+            "--note-when",
+            "epoch>=1",
+            "--stop-when",
+            "loss>10",
+        ],
+        "echo 'epoch=1 loss=0.4'; sleep 2; echo 'epoch=2 loss=12.5'; sleep 600",
+    );
+    let job = b.poll_job(id, "stopped", |j| j["state"] == "failed");
+    assert_eq!(
+        job["reason"], "stopped by baton: it met --stop-when 'loss>10'",
+        "{job:#}"
+    );
+    let alerts = job["alerts"].as_array().unwrap();
+    let kinds: Vec<(&str, &str)> = alerts
+        .iter()
+        .map(|a| {
+            (
+                a["detector"].as_str().unwrap(),
+                a["action"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(kinds, [("milestone-1", "note"), ("milestone-2", "stop")]);
+    wait_contains(&path, &report_end(id));
+    let text = read(&path);
+    assert!(
+        !text.contains(&alert_end(id)),
+        "neither alert wakes: {text}"
+    );
+    let report = b.run(&["report", &id.to_string()]).expect(0).stdout;
+    assert!(
+        report.contains("stopped by baton: it met --stop-when 'loss>10'"),
+        "{report}"
+    );
+    // Its GPU went to the next job.
+    let next = b.submit(&["--gpus", "1", "--", "true"]);
+    b.wait_ok(&[next]);
+
+    let out = b.run(&["submit", "--stop-when", "loss>>1", "--", "true"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--stop-when 'loss>>1'"), "{out:?}");
+}
+
 /// Waits until `baton status ID --json` shows the job's progress; returns it.
 #[track_caller]
 fn progress_of(b: &Baton, id: u64, counters: &str) -> Value {

@@ -6,7 +6,7 @@
 mod common;
 
 use common::Baton;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Submits a sweep (`baton submit ARGS`) and returns its id.
 #[track_caller]
@@ -361,6 +361,52 @@ fn a_sweep_files_stop_on_stops_a_run_whose_loss_turns_nan() {
         assert_eq!(job["state"], "failed", "{job:#}");
         assert_eq!(
             job["reason"], "stopped by baton: its loss became NaN or infinite (--stop-on nan)",
+            "{job:#}"
+        );
+    }
+}
+
+/// A sweep file's milestones are each run's: `stop_when` stops a run that diverges, the other
+/// runs on; `wake_when` is recorded on the run that met it (a sweep's runs wake their
+/// submitter only through the sweep, unless `notify_each`).
+#[test]
+fn a_sweep_files_milestones_are_each_runs() {
+    let b = Baton::start(2);
+    std::fs::write(
+        b.path("diverge.yaml"),
+        "sweep:\n  \
+           command: \"echo \\\"loss={loss} val_acc=0.95\\\"; sleep 3\"\n  \
+           parameters:\n    loss: [0.3, 42]\n  \
+           wake_when: [val_acc>=0.9]\n  \
+           stop_when: ['loss>10']\n",
+    )
+    .unwrap();
+    let out = b.run(&["sweep", "submit", "diverge.yaml"]).expect(0);
+    let id: u64 = out
+        .stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{out:?}"));
+    let out = b.run(&["sweep", "wait", &id.to_string()]);
+    assert_eq!(out.code, 1, "one run failed: {out:?}");
+    let jobs: Vec<Value> = status(&b, id)["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| b.job(j.as_u64().unwrap()))
+        .collect();
+    assert_eq!(jobs[0]["state"], "succeeded", "{:#}", jobs[0]);
+    assert_eq!(jobs[1]["state"], "failed", "{:#}", jobs[1]);
+    assert_eq!(
+        jobs[1]["reason"], "stopped by baton: it met --stop-when 'loss>10'",
+        "{:#}",
+        jobs[1]
+    );
+    for job in &jobs {
+        let first = &job["alerts"][0];
+        assert_eq!(
+            (&first["detector"], &first["action"]),
+            (&json!("milestone-1"), &json!("note")),
             "{job:#}"
         );
     }

@@ -72,15 +72,13 @@ impl OutputScanner {
             .iter()
             .map(|p| crate::midrun::compile(p))
             .collect::<Result<Vec<_>, _>>()?;
-        let count = patterns.len() + milestones.wake_when.len();
         scanner.analysis.milestones = Some(MilestoneScan {
             patterns,
             conditions: milestones
-                .wake_when
-                .iter()
-                .map(|c| (c.metric.to_ascii_lowercase(), c.clone()))
+                .conditions()
+                .map(|(c, _)| (c.metric.to_ascii_lowercase(), c.clone()))
                 .collect(),
-            hits: vec![None; count],
+            hits: vec![None; milestones.count()],
         });
         Ok(scanner)
     }
@@ -894,10 +892,11 @@ mod tests {
 
     #[test]
     fn a_following_scanner_finds_the_milestones_in_any_chunking() {
-        let milestones = Milestones::parse(
-            &["Epoch \\d+ done".into()],
-            &["val_acc>=0.9".into(), "epoch>=2".into()],
-        )
+        let milestones = Milestones::parse(crate::midrun::AskedMilestones {
+            wake_on: &["Epoch \\d+ done".into()],
+            wake_when: &["val_acc>=0.9".into(), "epoch>=2".into()],
+            ..Default::default()
+        })
         .unwrap();
         let output = "step 1 loss=0.5 val_acc=0.5\nINFO \x1b[32mEpoch 1 done\x1b[0m\n\
                       {'val_acc': 0.93, 'epoch': 1}\nEpoch 2/10 loss=0.2\nval_acc=0.95\n";

@@ -76,6 +76,11 @@ pub const KEYS: &[&str] = &[
     "on_failure",
     "notify_each",
     "stop_on",
+    "wake_on",
+    "wake_when",
+    "note_when",
+    "stop_when",
+    "wake_every",
 ];
 
 /// A parsed, checked sweep file: what `baton submit`'s flags would have said.
@@ -103,6 +108,13 @@ pub struct SweepFile {
     pub notify_each: bool,
     /// `--stop-on`: the mid-run detectors that end a run as failed (names checked).
     pub stop_on: Vec<String>,
+    /// Each run's milestones, as `--wake-on`, `--wake-when`, `--note-when` and `--stop-when`
+    /// (checked), and `--wake-every`.
+    pub wake_on: Vec<String>,
+    pub wake_when: Vec<String>,
+    pub note_when: Vec<String>,
+    pub stop_when: Vec<String>,
+    pub wake_every: Option<Millis>,
 }
 
 /// The runs a sweep file asks for: the forms of `--sweep`, `--sweep-file` and `--array`.
@@ -327,6 +339,26 @@ pub fn parse(text: &str) -> Result<SweepFile, SweepFileError> {
             ));
         }
     }
+    crate::midrun::Milestones::parse(crate::midrun::AskedMilestones {
+        wake_on: &raw.wake_on,
+        wake_when: &raw.wake_when,
+        note_when: &raw.note_when,
+        stop_when: &raw.stop_when,
+    })
+    .map_err(|e| {
+        let key = ["wake_on", "wake_when", "note_when", "stop_when"]
+            .into_iter()
+            .find(|key| e.contains(&format!("--{}", key.replace('_', "-"))))
+            .unwrap_or("wake_on");
+        bad(key, e)
+    })?;
+    let wake_every = match &raw.wake_every {
+        Some(text) => Some(
+            crate::units::parse_duration(text)
+                .map_err(|e| bad("wake_every", format!("{text:?}: {e}")))?,
+        ),
+        None => None,
+    };
     check_placeholders(text, &command, &runs, key_at("command"), key_at("runs"))?;
 
     Ok(SweepFile {
@@ -347,6 +379,11 @@ pub fn parse(text: &str) -> Result<SweepFile, SweepFileError> {
         on_failure: raw.on_failure,
         notify_each: raw.notify_each,
         stop_on: raw.stop_on,
+        wake_on: raw.wake_on,
+        wake_when: raw.wake_when,
+        note_when: raw.note_when,
+        stop_when: raw.stop_when,
+        wake_every,
     })
 }
 
@@ -464,7 +501,8 @@ struct RawFile {
     deny_unknown_fields,
     expecting = "a sweep: a mapping with `command`, one of `parameters`, `runs` or `array`, and \
                  optionally name, gpus, gpu_mem, cpus, mem, time_limit, retries, priority, env, \
-                 cwd, max_parallel, rank_by, on_failure, notify_each, stop_on"
+                 cwd, max_parallel, rank_by, on_failure, notify_each, stop_on, wake_on, \
+                 wake_when, note_when, stop_when, wake_every"
 )]
 struct RawSweep {
     name: Option<String>,
@@ -486,6 +524,11 @@ struct RawSweep {
     on_failure: Option<String>,
     notify_each: bool,
     stop_on: Vec<String>,
+    wake_on: Vec<String>,
+    wake_when: Vec<String>,
+    note_when: Vec<String>,
+    stop_when: Vec<String>,
+    wake_every: Option<String>,
 }
 
 /// `parameters:` in the order written, each with its values as text; checked as read, so that a

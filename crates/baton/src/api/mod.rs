@@ -85,6 +85,12 @@ pub struct SubmitRequest {
     pub wake_on: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wake_when: Vec<String>,
+    /// Record, without waking anyone, the first parsed metric meeting each condition
+    /// (`--note-when`); end the job as failed at the first meeting each (`--stop-when`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub note_when: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop_when: Vec<String>,
     /// A short progress digest this often while it runs (`--wake-every`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_every_ms: Option<i64>,
@@ -135,6 +141,8 @@ impl std::fmt::Debug for SubmitRequest {
             stop_on,
             wake_on,
             wake_when,
+            note_when,
+            stop_when,
             wake_every_ms,
             time_limit_ms,
             retries,
@@ -164,6 +172,8 @@ impl std::fmt::Debug for SubmitRequest {
             .field("stop_on", stop_on)
             .field("wake_on", wake_on)
             .field("wake_when", wake_when)
+            .field("note_when", note_when)
+            .field("stop_when", stop_when)
             .field("wake_every_ms", wake_every_ms)
             .field("time_limit_ms", time_limit_ms)
             .field("retries", retries)

@@ -78,6 +78,15 @@ pub struct Args {
     /// OP one of >=, >, <=, <, == (e.g. 'val_acc>=0.9', 'epoch>=1'), once. Repeatable.
     #[arg(long = "wake-when", value_name = "COND")]
     wake_when: Vec<String>,
+    /// Record, without waking you, when a metric it prints first meets COND (as --wake-when):
+    /// shown in its report. Repeatable.
+    #[arg(long = "note-when", value_name = "COND")]
+    note_when: Vec<String>,
+    /// End the job as failed, freeing its GPUs, when a metric it prints first meets COND (as
+    /// --wake-when), e.g. 'loss>10' (it diverged) or 'val_acc>=0.95' (good enough); its end
+    /// report then wakes you. Repeatable.
+    #[arg(long = "stop-when", value_name = "COND")]
+    stop_when: Vec<String>,
     /// Wake you this often while it runs with a short digest (how far it is, its ETA, its last
     /// line), e.g. 2h (at least the daemon's `[midrun] min_wake_every`, default 10m).
     #[arg(long = "wake-every", value_parser = parse_duration, value_name = "DUR")]
@@ -201,6 +210,8 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         stop_on: args.stop_on.clone(),
         wake_on: args.wake_on,
         wake_when: args.wake_when,
+        note_when: args.note_when,
+        stop_when: args.stop_when,
         wake_every_ms: args.wake_every,
         time_limit_ms: args.time_limit,
         retries: args.retries,

@@ -553,7 +553,7 @@ impl Daemon {
                 .config
                 .midrun
                 .with_stop_on(&job.stop_on)
-                .with_digest(job.wake.wake_every_ms);
+                .with_milestones(&job.wake);
             // Checked at submission; a pattern this build cannot compile is followed without.
             let scanner = OutputScanner::with_milestones(&job.wake).unwrap_or_else(|e| {
                 tracing::warn!(job = id.0, "its milestones are not watched: {e}");
@@ -683,7 +683,7 @@ impl Daemon {
                 );
                 if alert.action == Action::Stop {
                     let stop = Transition::RequestStop {
-                        reason: midrun::stop_reason(alert.detector),
+                        reason: midrun::stop_reason(alert.detector, &f.milestones),
                     };
                     let mut jobs = super::host::Locked(inner);
                     if let Err(e) = self.cancel(&mut jobs, &job, stop) {

@@ -44,9 +44,13 @@ pub struct Job {
     pub stdin: Option<PathBuf>,
     /// Mid-run detectors that end it as failed (`--stop-on`).
     pub stop_on: Vec<String>,
-    /// Milestones that wake its submitter while it runs (`--wake-on`, `--wake-when`).
+    /// Milestones while it runs: lines and conditions that wake its submitter (`--wake-on`,
+    /// `--wake-when`), conditions recorded only (`--note-when`) or that stop it
+    /// (`--stop-when`).
     pub wake_on: Vec<String>,
     pub wake_when: Vec<String>,
+    pub note_when: Vec<String>,
+    pub stop_when: Vec<String>,
     pub wake_every_ms: Option<i64>,
     pub time_limit_ms: Option<i64>,
     pub retries: u32,
@@ -88,6 +92,8 @@ pub fn submit_request(job: Job, context: AgentContext) -> Result<SubmitRequest, 
         stop_on: job.stop_on,
         wake_on: job.wake_on,
         wake_when: job.wake_when,
+        note_when: job.note_when,
+        stop_when: job.stop_when,
         wake_every_ms: job.wake_every_ms,
         time_limit_ms: job.time_limit_ms,
         retries: job.retries,

@@ -200,10 +200,11 @@ mod tests {
             begin_at: Some(5_000),
             stdin: Some("/tmp/input.txt".into()),
             stop_on: vec![baton_core::midrun::Detector::Nan],
-            wake: baton_core::midrun::Milestones::parse(
-                &["Epoch \\d+ done".into()],
-                &["val_acc>=0.9".into()],
-            )
+            wake: baton_core::midrun::Milestones::parse(baton_core::midrun::AskedMilestones {
+                wake_on: &["Epoch \\d+ done".into()],
+                wake_when: &["val_acc>=0.9".into()],
+                ..Default::default()
+            })
             .expect("valid milestones"),
             held_by: None,
             sweep: None,

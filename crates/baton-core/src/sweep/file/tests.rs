@@ -38,7 +38,12 @@ fn a_grid_file_means_what_the_flags_mean() {
            rank_by: loss:min\n  \
            on_failure: stop\n  \
            notify_each: true\n  \
-           stop_on: [nan, stall]\n",
+           stop_on: [nan, stall]\n  \
+           wake_on: ['Epoch \\d+ done']\n  \
+           wake_when: [val_acc>=0.9]\n  \
+           note_when: [epoch>=1]\n  \
+           stop_when: ['loss>10']\n  \
+           wake_every: 2h\n",
     )
     .unwrap();
     assert_eq!(file.name.as_deref(), Some("lr-bs"));
@@ -73,6 +78,11 @@ fn a_grid_file_means_what_the_flags_mean() {
     assert_eq!(file.on_failure.as_deref(), Some("stop"));
     assert!(file.notify_each);
     assert_eq!(file.stop_on, strings(&["nan", "stall"]));
+    assert_eq!(file.wake_on, strings(&["Epoch \\d+ done"]));
+    assert_eq!(file.wake_when, strings(&["val_acc>=0.9"]));
+    assert_eq!(file.note_when, strings(&["epoch>=1"]));
+    assert_eq!(file.stop_when, strings(&["loss>10"]));
+    assert_eq!(file.wake_every, Some(2 * 3_600_000));
 }
 
 #[test]
@@ -373,6 +383,21 @@ fn bad_values_are_placed_at_their_key() {
         &format!("{base}  stop_on: [nan, stal]\n"),
         "4:3:",
         "stop_on: \"stal\": no such detector (there are: nan, error, stall, finished-but-alive, slow)",
+    );
+    assert_err(
+        &format!("{base}  stop_when: ['loss>>1']\n"),
+        "4:3:",
+        "stop_when: --stop-when 'loss>>1': \">1\" is not a number",
+    );
+    assert_err(
+        &format!("{base}  wake_on: ['(']\n"),
+        "4:3:",
+        "wake_on: --wake-on '(': regex parse error",
+    );
+    assert_err(
+        &format!("{base}  wake_every: soon\n"),
+        "4:3:",
+        "wake_every: \"soon\":",
     );
     assert_err(
         &format!("{base}  name: \"\"\n"),

@@ -315,8 +315,13 @@ pub(super) fn validate(
         }
     }
     let stop_on = stop_on(&req.stop_on)?;
-    let mut wake = baton_core::midrun::Milestones::parse(&req.wake_on, &req.wake_when)
-        .map_err(ApiError::BadRequest)?;
+    let mut wake = baton_core::midrun::Milestones::parse(baton_core::midrun::AskedMilestones {
+        wake_on: &req.wake_on,
+        wake_when: &req.wake_when,
+        note_when: &req.note_when,
+        stop_when: &req.stop_when,
+    })
+    .map_err(ApiError::BadRequest)?;
     if let Some(every) = req.wake_every_ms {
         let least = daemon.config.min_wake_every;
         if every < least {
