@@ -179,6 +179,26 @@ impl Default for Policy {
 /// monitor keeps an hour of samples, and a silence of hours is told by its last half hour.
 pub const IDLE_AT_MOST_MS: Millis = 30 * 60_000;
 
+/// The most alerts one detector raises in an attempt, re-armed ones included (digests aside): a
+/// job whose loss flaps between finite and NaN is told of ten times, not a thousand.
+pub const MAX_RAISES: usize = 10;
+
+/// An error's kind, for telling a new error from the same one printed again: a Python
+/// exception's type (`RuntimeError` of `RuntimeError: ...`), else the whole line.
+fn error_kind(line: &str) -> &str {
+    match line.split_once(": ") {
+        Some((kind, _))
+            if !kind.is_empty()
+                && kind
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') =>
+        {
+            kind
+        }
+        _ => line,
+    }
+}
+
 /// When a silence was long enough but the job's GPUs were busy, the next look.
 const RECHECK_MS: Millis = 10_000;
 
@@ -640,14 +660,25 @@ impl Watch {
         gpus: impl FnOnce() -> Gpus,
     ) -> Vec<Alert> {
         let mut due = Vec::new();
+        // A spell of NaN losses after the one raised (a finite loss came between) re-arms.
+        if seen.nan_spells as usize > self.times_raised(Detector::Nan) {
+            self.rearm(Detector::Nan);
+        }
         if let Some(line) = &seen.non_finite_loss
             && let Some(alert) = self.raise(Detector::Nan, line, now, now, policy)
         {
             due.push(alert);
         }
         if let Some(line) = &seen.error {
+            // An error of another kind than the one waiting or raised is a new one: its own
+            // grace period, and it re-arms.
             let since = match &self.error_since {
-                Some((_, since)) => *since,
+                Some((waiting, since)) if error_kind(waiting) == error_kind(line) => *since,
+                Some(_) => {
+                    self.error_since = Some((line.clone(), now));
+                    self.rearm(Detector::Error);
+                    now
+                }
                 None => {
                     self.error_since = Some((line.clone(), now));
                     now
@@ -737,7 +768,7 @@ impl Watch {
     /// period ends, or a silence becomes long enough for a stall or a finished-but-alive.
     pub fn next_check(&self, policy: &Policy) -> Option<Millis> {
         let error = self.error_since.as_ref().and_then(|(_, since)| {
-            let open = policy.error.is_some() && !self.has_raised(Detector::Error);
+            let open = policy.error.is_some() && self.is_open(Detector::Error);
             open.then_some(since + policy.error_grace_ms)
         });
         let quiet = self.quiet_deadline(policy).map(|(_, at, _)| at);
@@ -767,12 +798,27 @@ impl Watch {
         self.raised.iter().any(|r| r.detector == detector)
     }
 
-    /// Whether `detector` may be raised now: never yet, or again (a digest; a stall or
-    /// finished-but-alive re-armed).
+    fn times_raised(&self, detector: Detector) -> usize {
+        self.raised
+            .iter()
+            .filter(|r| r.detector == detector)
+            .count()
+    }
+
+    /// `detector`'s condition cleared and came back: it may be raised again (if it was raised
+    /// before, and not yet [`MAX_RAISES`] times).
+    fn rearm(&mut self, detector: Detector) {
+        if self.has_raised(detector) && !self.rearmed.contains(&detector) {
+            self.rearmed.push(detector);
+        }
+    }
+
+    /// Whether `detector` may be raised now: never yet, or again (a digest; a detector
+    /// re-armed, at most [`MAX_RAISES`] times an attempt).
     fn is_open(&self, detector: Detector) -> bool {
         !self.has_raised(detector)
             || detector == Detector::Digest
-            || self.rearmed.contains(&detector)
+            || (self.rearmed.contains(&detector) && self.times_raised(detector) < MAX_RAISES)
     }
 
     fn raise(
@@ -1052,6 +1098,19 @@ pub fn message(facts: &AlertFacts<'_>, alert: &Alert, at_text: &str) -> String {
              quiet again.",
             alert.detector.as_str()
         ),
+        (Detector::Nan, _) => writeln!(
+            out,
+            "baton raises this alert (nan) again only if the loss turns finite and then NaN or \
+             infinite again."
+        ),
+        (Detector::Error, _) => writeln!(
+            out,
+            "baton raises this alert (error) again only for an error of another kind than `{}`.",
+            sanitize_line(error_kind(&alert.evidence).as_bytes())
+                .chars()
+                .take(80)
+                .collect::<String>()
+        ),
         _ => writeln!(
             out,
             "baton raises this alert ({}) once for this attempt.",
@@ -1082,6 +1141,7 @@ mod tests {
     fn seen(nan: Option<&str>, error: Option<&str>) -> SoFar {
         SoFar {
             non_finite_loss: nan.map(str::to_string),
+            nan_spells: u32::from(nan.is_some()),
             error: error.map(str::to_string),
             finished: None,
             milestones: Vec::new(),
@@ -1108,6 +1168,90 @@ mod tests {
                 .check(&seen(Some("step 3 loss=nan"), None), 20, &policy, busy)
                 .is_empty(),
             "once per attempt"
+        );
+    }
+
+    #[test]
+    fn a_nan_is_raised_again_only_after_the_loss_turned_finite_and_at_most_ten_times() {
+        let policy = Policy {
+            wakes_per_hour: 100,
+            ..Policy::default()
+        };
+        let mut watch = Watch::default();
+        let spell = |n: u32, line: &str| SoFar {
+            non_finite_loss: Some(line.into()),
+            nan_spells: n,
+            ..SoFar::default()
+        };
+        assert_eq!(
+            watch
+                .check(&spell(1, "step 3 loss=nan"), 10, &policy, busy)
+                .len(),
+            1
+        );
+        assert!(
+            watch
+                .check(&spell(1, "step 3 loss=nan"), 20, &policy, busy)
+                .is_empty(),
+            "the same spell"
+        );
+        let again = watch.check(&spell(2, "step 90 loss=inf"), 30, &policy, busy);
+        assert_eq!(again.len(), 1, "a finite loss came between");
+        assert_eq!(
+            (again[0].seq, again[0].evidence.as_str()),
+            (2, "step 90 loss=inf")
+        );
+        for n in 3..30 {
+            watch.check(&spell(n, "loss=nan"), 40 + n as Millis, &policy, busy);
+        }
+        assert_eq!(watch.times_raised(Detector::Nan), MAX_RAISES);
+    }
+
+    #[test]
+    fn an_error_of_another_kind_is_a_new_error_with_its_own_grace_period() {
+        let policy = Policy {
+            error_grace_ms: 1000,
+            stall: None,
+            ..Policy::default()
+        };
+        let mut watch = Watch::default();
+        let first = seen(
+            None,
+            Some("RuntimeError: DataLoader worker (pid 7) is killed"),
+        );
+        assert!(watch.check(&first, 0, &policy, busy).is_empty());
+        assert_eq!(watch.check(&first, 1000, &policy, busy).len(), 1);
+        let same_kind = seen(
+            None,
+            Some("RuntimeError: DataLoader worker (pid 9) is killed"),
+        );
+        assert!(watch.check(&same_kind, 5000, &policy, busy).is_empty());
+        assert_eq!(watch.next_check(&policy), None, "nothing waits");
+        let other = seen(None, Some("torch.OutOfMemoryError: CUDA out of memory"));
+        assert!(watch.check(&other, 6000, &policy, busy).is_empty());
+        assert_eq!(
+            watch.next_check(&policy),
+            Some(7000),
+            "its own grace period"
+        );
+        let alerts = watch.check(&other, 7000, &policy, busy);
+        assert_eq!(alerts.len(), 1);
+        assert_eq!((alerts[0].detector, alerts[0].seq), (Detector::Error, 2));
+        let text = message(
+            &AlertFacts {
+                job: 1,
+                name: "train",
+                started_at: 0,
+                milestones: &Milestones::default(),
+                progress: None,
+                stacks: None,
+            },
+            &alerts[0],
+            "14:02 UTC",
+        );
+        assert!(
+            text.contains("again only for an error of another kind than `torch.OutOfMemoryError`"),
+            "{text}"
         );
     }
 

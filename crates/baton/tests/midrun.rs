@@ -367,6 +367,40 @@ fn a_milestone_can_only_note_or_stop_the_job() {
     assert!(out.stderr.contains("--stop-when 'loss>>1'"), "{out:?}");
 }
 
+/// `nan` and `error` re-arm once their condition cleared: a loss that turned finite and then
+/// NaN again wakes the submitter a second time, and so does an error of another kind; the same
+/// error printed again does not.
+#[test]
+fn nan_and_error_alert_again_once_their_condition_cleared_and_came_back() {
+    let b = Baton::with_config(1, "[midrun]\nerror_grace = \"1s\"\nwakes_per_hour = 10\n");
+    let (channel, path) = inbox(&b);
+    let id = b.submit_sh(
+        &["--notify", &channel],
+        "tb() { printf 'Traceback (most recent call last):\\n  File \"train.py\", line 9, in \
+         <module>\\n%s\\n' \"$1\" >&2; }; \
+         echo 'step 1 loss=nan'; sleep 2; echo 'step 2 loss=0.31'; echo 'step 3 loss=nan'; \
+         tb 'RuntimeError: DataLoader worker (pid 7) is killed by signal'; sleep 3; \
+         tb 'RuntimeError: DataLoader worker (pid 9) is killed by signal'; sleep 1; \
+         tb 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB'; \
+         sleep 600",
+    );
+    let alerts = delivered_alerts(&b, id, 4);
+    let kinds: Vec<(&str, u64)> = alerts
+        .iter()
+        .map(|a| {
+            (
+                a["detector"].as_str().unwrap(),
+                a["seq"].as_u64().unwrap_or(1),
+            )
+        })
+        .collect();
+    let count = |d: &str| kinds.iter().filter(|(k, _)| *k == d).count();
+    assert_eq!((count("nan"), count("error")), (2, 2), "{alerts:#?}");
+    wait_contains(&path, "step 3 loss=nan");
+    wait_contains(&path, "torch.OutOfMemoryError");
+    b.run(&["cancel", &id.to_string()]).expect(0);
+}
+
 /// Waits until `baton status ID --json` shows the job's progress; returns it.
 #[track_caller]
 fn progress_of(b: &Baton, id: u64, counters: &str) -> Value {

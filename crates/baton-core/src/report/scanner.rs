@@ -121,7 +121,10 @@ impl OutputScanner {
         let (whole, rest) = bytes.split_at(whole_end);
         let mut at = 0;
         while at < whole.len() {
+            // While a NaN loss stands, every line: the finite loss that ends the spell holds
+            // no candidate word.
             let every_line = self.analysis.tracebacks[i].inside()
+                || self.analysis.findings.nan_standing
                 || self
                     .analysis
                     .milestones
@@ -186,7 +189,8 @@ impl OutputScanner {
                     .flatten()
             });
         SoFar {
-            non_finite_loss: f.non_finite_loss.clone(),
+            non_finite_loss: f.nan_latest.clone(),
+            nan_spells: f.nan_spells,
             error,
             finished: f.finished.clone(),
             milestones: self
@@ -212,7 +216,7 @@ impl OutputScanner {
         // A traceback cut short (the job was killed while Python printed it) ended in no
         // exception: what its stray lines said stands.
         for pending in &mut self.analysis.pending_loss {
-            confirm(pending, &mut self.analysis.findings.non_finite_loss);
+            confirm(pending, &mut self.analysis.findings);
         }
         let [stdout, stderr] = self.streams;
         let findings = self.analysis.findings;
@@ -231,8 +235,10 @@ impl OutputScanner {
 /// What a running job's output has shown so far ([`OutputScanner::so_far`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SoFar {
-    /// The first line that showed a NaN or infinite loss.
+    /// The first line of the latest spell of a NaN or infinite loss.
     pub non_finite_loss: Option<String>,
+    /// How many such spells began: a spell ends at the first finite loss printed after it.
+    pub nan_spells: u32,
     /// The latest error: a Python exception (`RuntimeError: ...`), else a CUDA out-of-memory
     /// line, else an NCCL error line.
     pub error: Option<String>,
@@ -514,6 +520,23 @@ struct Findings {
     non_finite_loss: Option<String>,
     /// The first line saying the work is done.
     finished: Option<String>,
+    /// Spells of a non-finite loss (outside tracebacks): how many began, the first line of the
+    /// latest, and whether it still stands (no finite loss printed since).
+    nan_spells: u32,
+    nan_latest: Option<String>,
+    nan_standing: bool,
+}
+
+impl Findings {
+    /// A line outside a traceback showed a non-finite loss: a new spell unless one stands.
+    fn non_finite_seen(&mut self, text: &str) {
+        if !self.nan_standing {
+            self.nan_spells += 1;
+            self.nan_latest = None;
+            store_line(&mut self.nan_latest, text);
+            self.nan_standing = true;
+        }
+    }
 }
 
 impl Analysis {
@@ -546,7 +569,7 @@ impl Analysis {
         let place = tracebacks[stream.index()].line(text, &signals);
         match &place {
             TracebackLine::Exception(_) => *pending = None,
-            TracebackLine::Abandoned => confirm(pending, &mut findings.non_finite_loss),
+            TracebackLine::Abandoned => confirm(pending, findings),
             _ => {}
         }
         // The exception line itself is where a CUDA OOM or an NCCL error usually shows.
@@ -577,6 +600,9 @@ impl Analysis {
         // count on a line whose metrics do not already say which value was not finite
         // (`loss=0.3 grad_norm=nan` is about the gradient).
         let mut loss_went_bad = false;
+        let mut loss_is_finite = false;
+        // Only a standing spell asks whether a loss is finite (the common line pays nothing).
+        let spell_stands = findings.nan_standing;
         let mut metric_explains = false;
         for_each_metric(text, |key, value| {
             metrics.update(key, value);
@@ -586,9 +612,15 @@ impl Analysis {
             } else if signals.mentions_loss && !metric_explains {
                 metric_explains = is_loss_key(key);
             }
+            loss_is_finite |= spell_stands && !is_non_finite(value) && is_loss_key(key);
         });
         if signals.mentions_loss && !metric_explains {
             loss_went_bad = says_non_finite(text.as_bytes());
+        }
+        if loss_went_bad && !in_traceback {
+            findings.non_finite_seen(text);
+        } else if loss_is_finite && !in_traceback {
+            findings.nan_standing = false;
         }
         if loss_went_bad && findings.non_finite_loss.is_none() {
             if !in_traceback {
@@ -602,11 +634,12 @@ impl Analysis {
 
 /// A pending NaN-loss line turns out not to be part of a traceback: it is the finding, unless
 /// an earlier one was already kept.
-fn confirm(pending: &mut Option<String>, non_finite_loss: &mut Option<String>) {
+fn confirm(pending: &mut Option<String>, findings: &mut Findings) {
     if let Some(line) = pending.take()
-        && non_finite_loss.is_none()
+        && findings.non_finite_loss.is_none()
     {
-        *non_finite_loss = Some(line);
+        findings.non_finite_seen(&line);
+        findings.non_finite_loss = Some(line);
     }
 }
 
@@ -889,6 +922,31 @@ mod tests {
         "a line with no end",
         "\n",
     ];
+
+    #[test]
+    fn a_nan_spell_ends_at_the_next_finite_loss_and_a_later_one_is_counted() {
+        let output = "step 1 loss=0.5\nstep 2 loss=nan\nstep 3 loss=nan\nstep 4 lr=0.1\n\
+                      step 5 loss=0.4 grad_norm=nan\nstep 6 loss=inf\n";
+        for following in [true, false] {
+            let mut scanner = if following {
+                OutputScanner::following()
+            } else {
+                OutputScanner::default()
+            };
+            for chunk in output.as_bytes().chunks(7) {
+                scanner.feed(Stream::Stdout, chunk);
+            }
+            let so_far = scanner.so_far();
+            assert_eq!(so_far.nan_spells, 2, "following: {following}");
+            assert_eq!(so_far.non_finite_loss.as_deref(), Some("step 6 loss=inf"));
+            let summary = scanner.finish();
+            assert_eq!(
+                summary.non_finite_loss.as_deref(),
+                Some("step 2 loss=nan"),
+                "the report keeps the first"
+            );
+        }
+    }
 
     #[test]
     fn a_following_scanner_finds_the_milestones_in_any_chunking() {
