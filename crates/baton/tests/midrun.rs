@@ -253,6 +253,44 @@ fn a_quiet_job_on_an_idle_gpu_stalls_one_busy_on_it_does_not_and_one_that_finish
     );
 }
 
+/// A job whose only tqdm bar reached 100% and that then sits quiet has finished but is alive
+/// (a note), where one whose inner bar of nested ones reached 100% may hang mid-run: a stall.
+#[test]
+fn a_bar_at_its_end_then_quiet_is_finished_but_alive_unless_bars_are_nested() {
+    let b = Baton::with_config(
+        1,
+        "[midrun]\nstall_after = \"2s\"\nfinished_grace = \"2s\"\n",
+    );
+    let (channel, path) = inbox(&b);
+    let done = b.submit_sh(
+        &["--notify", &channel],
+        "printf ' 50%%|#####     | 5/10 [00:01<00:01]\\r' >&2; \
+         printf '100%%|##########| 10/10 [00:02<00:00]\\n' >&2; sleep 600",
+    );
+    let nested = b.submit_sh(
+        &["--notify", &channel],
+        "printf ' 33%%|###       | 1/3 [00:10<00:20]\\n' >&2; \
+         printf '100%%|##########| 500/500 [00:10<00:00]\\n' >&2; sleep 600",
+    );
+    let noted = alerts_of(&b, done, 1);
+    assert_eq!(
+        (&noted[0]["detector"], &noted[0]["action"]),
+        (&Value::from("finished-but-alive"), &Value::from("note")),
+        "{noted:#?}"
+    );
+    assert_eq!(noted[0]["evidence"], "a progress bar at 100% (10/10)");
+    let stalled = delivered_alerts(&b, nested, 1);
+    assert_eq!(stalled[0]["detector"], "stall", "{stalled:#?}");
+    wait_contains(&path, &alert_end(nested));
+    assert!(
+        !read(&path).contains(&alert_end(done)),
+        "a note wakes nobody"
+    );
+    for id in [done, nested] {
+        b.run(&["cancel", &id.to_string()]).expect(0);
+    }
+}
+
 /// `--wake-on` and `--wake-when`: the submitter is woken once for each, at the first line that
 /// shows it, while the job runs on; a bad one is refused and nothing is queued.
 #[test]

@@ -32,6 +32,10 @@ pub struct Progress {
     /// A progress bar's `N/M`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bar: Option<Counter>,
+    /// Bars of more than one total were drawn (nested bars: an epoch's inside the run's), so
+    /// the latest may be an inner one.
+    #[serde(skip)]
+    pub nested_bars: bool,
 }
 
 /// Words a counter is printed after (in lower case), and the kind each is.
@@ -64,14 +68,30 @@ impl Progress {
             }
         }
         if let Some(counter) = bar(line) {
+            self.nested_bars |= self.bar.is_some_and(|b| b.total != counter.total);
             self.bar = Some(counter);
         }
+    }
+
+    /// What says the whole run's work is done, if anything does: its steps at their total, or
+    /// its only bar at 100% (`bar 10/10 (100%)`). An epoch counter never does (`Epoch 10/10` is
+    /// printed as the last epoch begins), nor a bar drawn beside bars of other totals (it may
+    /// be one epoch's).
+    pub fn done(&self) -> Option<String> {
+        let full = |c: Counter| c.total > 0 && c.done == c.total;
+        if let Some(step) = self.step.filter(|c| full(*c)) {
+            return Some(format!("step {}/{} (100%)", step.done, step.total));
+        }
+        self.bar
+            .filter(|c| full(*c) && !self.nested_bars)
+            .map(|bar| format!("a progress bar at 100% ({}/{})", bar.done, bar.total))
     }
 
     /// Takes the counters of the last whole line of a chunk of output and of the line it
     /// leaves unfinished if that is a bar being redrawn (its latest whole drawing, ended by a
     /// `\r`; what follows the last one may be cut short).
     pub fn read_tail(&mut self, chunk: &[u8]) {
+        self.note_nested_bars(chunk);
         let unfinished = match memchr::memrchr(b'\n', chunk) {
             Some(end) => {
                 let start = memchr::memrchr(b'\n', &chunk[..end]).map_or(0, |p| p + 1);
@@ -82,6 +102,35 @@ impl Progress {
         };
         if let Some(r) = memchr::memrchr(b'\r', unfinished) {
             self.read_drawn(&unfinished[..r]);
+        }
+    }
+
+    /// Whether the chunk draws bars of another total than the one before (nested bars), from
+    /// every bar drawing in it whose end it holds (one cut short could show a wrong total).
+    /// Once seen, never looked for again.
+    fn note_nested_bars(&mut self, chunk: &[u8]) {
+        if self.nested_bars {
+            return;
+        }
+        let mut total = self.bar.map(|b| b.total);
+        for at in memchr::memmem::find_iter(chunk, b"%|") {
+            let start = chunk[..at]
+                .iter()
+                .rposition(|&b| b == b'\n' || b == b'\r')
+                .map_or(0, |p| p + 1);
+            let Some(len) = chunk[at..].iter().position(|&b| b == b'\n' || b == b'\r') else {
+                break;
+            };
+            let Some(drawn) = bar(&chunk[start..at + len]) else {
+                continue;
+            };
+            match total {
+                Some(t) if t != drawn.total => {
+                    self.nested_bars = true;
+                    return;
+                }
+                _ => total = Some(drawn.total),
+            }
         }
     }
 
@@ -242,6 +291,37 @@ mod tests {
             p.read(line.as_bytes());
         }
         p
+    }
+
+    #[test]
+    fn the_work_is_done_when_its_steps_or_its_only_bar_reach_the_end() {
+        assert_eq!(
+            read(&["step 1000/1000 loss=0.1"]).done().as_deref(),
+            Some("step 1000/1000 (100%)")
+        );
+        assert_eq!(read(&["step 999/1000"]).done(), None);
+        assert_eq!(read(&["Epoch 10/10"]).done(), None, "printed as it begins");
+        let bar = "100%|##########| 10/10 [00:01<00:00, 9.9it/s]";
+        assert_eq!(
+            read(&[" 50%|#####     | 5/10 [00:01<00:01]", bar])
+                .done()
+                .as_deref(),
+            Some("a progress bar at 100% (10/10)")
+        );
+        // Nested bars: the one at 100% may be an epoch's, whether they come in one read or
+        // in many.
+        let inner = "100%|##########| 500/500 [00:10<00:00]";
+        assert_eq!(
+            read(&[" 33%|###       | 1/3 [00:10<00:20]", inner]).done(),
+            None
+        );
+        let mut p = Progress::default();
+        p.read_tail(format!(" 33%|###       | 1/3 [00:10<00:20]\n{inner}\n").as_bytes());
+        assert!(p.nested_bars && p.done().is_none(), "{p:?}");
+        // A drawing cut short at the chunk's end is not taken for another total.
+        let mut p = Progress::default();
+        p.read_tail(b"\r 50%|#####     | 5/10 [00:01<00:01]\r 60%|######    | 6/1");
+        assert!(!p.nested_bars, "{p:?}");
     }
 
     #[test]

@@ -192,7 +192,8 @@ impl OutputScanner {
             non_finite_loss: f.nan_latest.clone(),
             nan_spells: f.nan_spells,
             error,
-            finished: f.finished.clone(),
+            // A line saying so, else counters at their end (a following scanner's).
+            finished: f.finished.clone().or_else(|| self.progress.done()),
             milestones: self
                 .analysis
                 .milestones
@@ -243,7 +244,8 @@ pub struct SoFar {
     /// line, else an NCCL error line.
     pub error: Option<String>,
     /// The first line that said the work is done ("Training finished", Hugging Face's and
-    /// Lightning's end lines).
+    /// Lightning's end lines), else what the counters say once they reached their end (its
+    /// steps at their total, its only bar at 100%: [`Progress::done`]).
     pub finished: Option<String>,
     /// For each milestone of [`OutputScanner::with_milestones`], the first line that showed it.
     pub milestones: Vec<Option<String>>,
