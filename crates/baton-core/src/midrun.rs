@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Millis;
 use crate::report::{SoFar, fenced, sanitize_line};
-use crate::units::format_duration;
+use crate::units::{format_duration, format_size};
 
 /// The most bytes of an alert's message: short enough to read at a glance.
 pub const MESSAGE_MAX: usize = 1500;
@@ -198,6 +198,9 @@ fn error_kind(line: &str) -> &str {
         _ => line,
     }
 }
+
+/// How often a job's GPU memory is looked at for a climb.
+pub const MEMORY_LOOK_MS: Millis = 60_000;
 
 /// When a silence was long enough but the job's GPUs were busy, the next look.
 const RECHECK_MS: Millis = 10_000;
@@ -509,10 +512,77 @@ pub struct Alert {
     pub quiet: Option<Quiet>,
     /// For a slow job: how long it ran against what was predicted.
     pub slow: Option<Slowness>,
+    /// For a job slow by its memory: how its GPU memory climbed past earlier runs' peak.
+    pub climb: Option<MemoryClimb>,
 }
 
 /// The fewest earlier successful runs a `slow` judgement is made from.
 pub const SLOW_MIN_RUNS: usize = 3;
+
+/// How a job's GPU memory climbed: steadily, over the last `over_ms`, from `from` to `to`
+/// bytes, past the `peak_before` that `runs` earlier successful runs of its command reached at
+/// most (a leak that will end in an out-of-memory error, or holds the GPU from others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryClimb {
+    pub from: u64,
+    pub to: u64,
+    pub over_ms: Millis,
+    pub peak_before: u64,
+    pub runs: usize,
+}
+
+/// How far above the earlier runs' peak a job's memory must be: a tenth, and at least this.
+const CLIMB_MARGIN: u64 = 256 << 20;
+
+/// Whether `series` (when, the job's GPU memory in bytes; oldest first) climbs steadily over
+/// its last `window_ms` to past `peak_before` (the most earlier runs held): the window is
+/// covered (samples over at least four fifths of it, eight or more), the memory at its end is
+/// above the peak by a tenth (at least 256 MiB), the median of each quarter of the window is at
+/// least the one before and the last a twentieth above the first (a climb, whatever the noise
+/// between samples), and no step falls by more than a twentieth of the highest (memory that is
+/// freed and taken again is no leak).
+pub fn memory_climb(
+    series: &[(Millis, u64)],
+    window_ms: Millis,
+    peak_before: u64,
+    runs: usize,
+) -> Option<MemoryClimb> {
+    let &(end_at, to) = series.last()?;
+    let window: Vec<(Millis, u64)> = series
+        .iter()
+        .copied()
+        .filter(|(at, _)| *at >= end_at - window_ms)
+        .collect();
+    let &(start_at, from) = window.first()?;
+    if runs < SLOW_MIN_RUNS || window.len() < 8 || (end_at - start_at) * 5 < window_ms * 4 {
+        return None; // too few runs to say what is normal, or the window is not covered
+    }
+    let above_peak = to > peak_before + (peak_before / 10).max(CLIMB_MARGIN);
+    let highest = window.iter().map(|(_, m)| *m).max().unwrap_or(0);
+    let no_drop = window
+        .windows(2)
+        .all(|w| w[0].1.saturating_sub(w[1].1) <= highest / 20);
+    let quarter = window.len() / 4;
+    let medians: Vec<u64> = (0..4)
+        .map(|q| {
+            let mut part: Vec<u64> = window[q * quarter..(q + 1) * quarter]
+                .iter()
+                .map(|(_, m)| *m)
+                .collect();
+            part.sort_unstable();
+            part[part.len() / 2]
+        })
+        .collect();
+    let climbs =
+        medians.windows(2).all(|m| m[1] >= m[0]) && medians[3] > medians[0] + medians[0] / 20;
+    (above_peak && no_drop && climbs).then_some(MemoryClimb {
+        from,
+        to,
+        over_ms: end_at - start_at,
+        peak_before,
+        runs,
+    })
+}
 
 /// Why a job is slow: how long it has run, and what its history predicted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -570,6 +640,11 @@ pub struct Watch {
     expected: Option<(Millis, Millis, usize)>,
     /// When finished-but-alive was raised, while the job has printed nothing since.
     said_finished: Option<Millis>,
+    /// The most GPU memory earlier successful runs of the command held, and how many runs
+    /// that is, when at least [`SLOW_MIN_RUNS`]: what a memory `slow` is judged against.
+    memory_before: Option<(Millis, u64, usize)>,
+    /// When the memory was last looked at.
+    memory_looked: Millis,
 }
 
 impl Watch {
@@ -614,6 +689,44 @@ impl Watch {
         if runs >= SLOW_MIN_RUNS {
             self.expected = Some((started_at, predicted_ms, runs));
         }
+    }
+
+    /// Judges a memory `slow` against `peak`, the most GPU memory `runs` earlier successful
+    /// runs of the same command held, for an attempt that started at `started_at`. Fewer than
+    /// [`SLOW_MIN_RUNS`] runs (or none that held any) say nothing.
+    pub fn expect_memory(&mut self, started_at: Millis, peak: u64, runs: usize) {
+        if runs >= SLOW_MIN_RUNS && peak > 0 {
+            self.memory_before = Some((started_at, peak, runs));
+        }
+    }
+
+    /// When the job's GPU memory is next looked at for a climb, if it is: every
+    /// [`MEMORY_LOOK_MS`] once it has run `slow_after`.
+    fn memory_look_at(&self, policy: &Policy) -> Option<Millis> {
+        let (started_at, _, _) = self.memory_before?;
+        if policy.slow.is_none() || self.has_raised(Detector::Slow) {
+            return None;
+        }
+        Some((self.memory_looked + MEMORY_LOOK_MS).max(started_at + policy.slow_after_ms))
+    }
+
+    /// A memory `slow`, when one is due: `series` (asked only then) is the job's GPU memory
+    /// over time, oldest first, as the monitor sampled it.
+    pub fn check_memory(
+        &mut self,
+        now: Millis,
+        policy: &Policy,
+        series: impl FnOnce() -> Vec<(Millis, u64)>,
+    ) -> Option<Alert> {
+        if self.memory_look_at(policy)? > now {
+            return None;
+        }
+        self.memory_looked = now;
+        let (_, peak, runs) = self.memory_before?;
+        let climb = memory_climb(&series(), policy.slow_after_ms, peak, runs)?;
+        let mut alert = self.raise(Detector::Slow, "", now, now, policy)?;
+        alert.climb = Some(climb);
+        Some(alert)
     }
 
     /// When the job becomes slow, if it can.
@@ -777,6 +890,7 @@ impl Watch {
             .chain(quiet)
             .chain(self.digest_due(policy))
             .chain(self.slow_at(policy))
+            .chain(self.memory_look_at(policy))
             .min()
     }
 
@@ -870,6 +984,7 @@ impl Watch {
             evidence: sanitize_line(line.as_bytes()),
             quiet: None,
             slow: None,
+            climb: None,
         })
     }
 }
@@ -943,11 +1058,17 @@ fn asked_for(milestones: &Milestones, i: u8) -> String {
     asked.chars().take(200).collect()
 }
 
-/// Why a job stopped by `detector` ended (its `reason`); a milestone is named as its submitter
+/// Why a job stopped by `alert` ended (its `reason`); a milestone is named as its submitter
 /// gave it.
-pub fn stop_reason(detector: Detector, milestones: &Milestones) -> String {
+pub fn stop_reason(alert: &Alert, milestones: &Milestones) -> String {
+    let detector = alert.detector;
     if let Detector::Milestone(i) = detector {
         return format!("stopped by baton: it met {}", asked_for(milestones, i));
+    }
+    if detector == Detector::Slow && alert.climb.is_some() {
+        return "stopped by baton: its GPU memory climbed steadily past what its earlier runs \
+                held (--stop-on slow)"
+            .into();
     }
     format!(
         "stopped by baton: {} (--stop-on {})",
@@ -990,7 +1111,19 @@ pub fn headline(alert: &Alert) -> String {
                 s.runs,
                 if s.runs == 1 { "run" } else { "runs" }
             ),
-            None => "it has run more than twice as long as its earlier runs predict".into(),
+            None => match alert.climb {
+                Some(c) => format!(
+                    "its GPU memory has climbed steadily from {} to {} over the last {}, past the \
+                     {} that {} earlier successful {} of the same command held at most (a leak?)",
+                    format_size(c.from),
+                    format_size(c.to),
+                    format_duration(c.over_ms),
+                    format_size(c.peak_before),
+                    c.runs,
+                    if c.runs == 1 { "run" } else { "runs" }
+                ),
+                None => "it has run more than twice as long as its earlier runs predict".into(),
+            },
         },
         Detector::Milestone(_) => "it reached a milestone you asked for".into(),
         Detector::Digest => "here is the progress digest you asked for".into(),
@@ -1332,7 +1465,7 @@ mod tests {
         assert_eq!(alerts[0].action, Action::Stop);
         assert!(!alerts[0].rate_limited);
         assert_eq!(
-            stop_reason(Detector::Nan, &Milestones::default()),
+            stop_reason(&alerts[0], &Milestones::default()),
             "stopped by baton: its loss became NaN or infinite (--stop-on nan)"
         );
     }
@@ -1537,6 +1670,7 @@ mod tests {
                 gpus: true,
             }),
             slow: None,
+            climb: None,
         };
         let mut text = String::from(
             "Process 41: python train.py\nPython v3.11.7\n\nThread 41 (idle): \"MainThread\"\n    \
@@ -1606,6 +1740,7 @@ mod tests {
                 gpus: true,
             }),
             slow: None,
+            climb: None,
         };
         let facts = AlertFacts {
             job: 9,
@@ -1630,7 +1765,7 @@ mod tests {
         assert!(text.contains("Its last line"), "{text}");
         assert!(text.contains("step 300 loss=0.41"), "{text}");
         assert_eq!(
-            stop_reason(Detector::Stall, &Milestones::default()),
+            stop_reason(&alert, &Milestones::default()),
             "stopped by baton: it stalled (no output, its GPUs idle) (--stop-on stall)"
         );
     }
@@ -1797,7 +1932,7 @@ mod tests {
             "{stopped}"
         );
         assert_eq!(
-            stop_reason(Detector::Milestone(2), &milestones),
+            stop_reason(&alerts[1], &milestones),
             "stopped by baton: it met --stop-when 'loss>10'"
         );
         // A bad condition is named by its own flag.
@@ -1937,6 +2072,81 @@ mod tests {
     }
 
     #[test]
+    fn gpu_memory_that_climbs_steadily_past_earlier_runs_peak_is_slow_once() {
+        const GIB: u64 = 1 << 30;
+        let policy = Policy {
+            slow_after_ms: 10 * 60_000,
+            stall: None,
+            ..Policy::default()
+        };
+        // Sampled every 5 s for 20 min: from 10 GiB, 0.25 GiB more a minute, with noise.
+        let leak: Vec<(Millis, u64)> = (0..240)
+            .map(|i| {
+                let t = i as Millis * 5_000;
+                let noise = if i % 3 == 0 { 0 } else { 64 << 20 };
+                (t, 10 * GIB + (t as u64 * GIB / 240_000) + noise)
+            })
+            .collect();
+        let climb = memory_climb(&leak, policy.slow_after_ms, 12 * GIB, 4).expect("a climb");
+        assert!(climb.to > 14 * GIB && climb.from < climb.to, "{climb:?}");
+        assert_eq!(climb.over_ms, 600_000);
+        // Under the earlier peak (plus a tenth), flat, falling, too few runs, or too short a
+        // series: no.
+        assert_eq!(memory_climb(&leak, policy.slow_after_ms, 14 * GIB, 4), None);
+        let flat: Vec<(Millis, u64)> = leak.iter().map(|(t, _)| (*t, 16 * GIB)).collect();
+        assert_eq!(memory_climb(&flat, policy.slow_after_ms, 12 * GIB, 4), None);
+        let mut saw = leak.clone();
+        for (i, (_, m)) in saw.iter_mut().enumerate() {
+            if i % 2 == 0 {
+                *m -= 2 * GIB;
+            }
+        }
+        assert_eq!(memory_climb(&saw, policy.slow_after_ms, 10 * GIB, 4), None);
+        assert_eq!(memory_climb(&leak, policy.slow_after_ms, 12 * GIB, 2), None);
+        assert_eq!(
+            memory_climb(&leak[200..], policy.slow_after_ms, 12 * GIB, 4),
+            None
+        );
+
+        let mut watch = Watch::resume(Vec::new(), 0);
+        watch.expect_memory(0, 12 * GIB, 4);
+        assert_eq!(
+            watch.next_check(&policy),
+            Some(10 * 60_000),
+            "not before slow_after"
+        );
+        let at = 20 * 60_000;
+        let alert = watch
+            .check_memory(at, &policy, || leak.clone())
+            .expect("slow");
+        assert_eq!(alert.detector, Detector::Slow);
+        assert!(headline(&alert).starts_with("its GPU memory has climbed steadily from"));
+        assert!(
+            headline(&alert)
+                .contains("that 4 earlier successful runs of the same command held at most")
+        );
+        assert_eq!(
+            stop_reason(&alert, &Milestones::default()),
+            "stopped by baton: its GPU memory climbed steadily past what its earlier runs held \
+             (--stop-on slow)"
+        );
+        assert_eq!(
+            watch.check_memory(at + 60_000, &policy, || leak.clone()),
+            None,
+            "once"
+        );
+        // Looked at once a minute, the series asked for only then.
+        let mut watch = Watch::resume(Vec::new(), 0);
+        watch.expect_memory(0, 20 * GIB, 4);
+        assert_eq!(watch.check_memory(at, &policy, || leak.clone()), None);
+        assert_eq!(
+            watch.check_memory(at + 1_000, &policy, || panic!("not due")),
+            None
+        );
+        assert_eq!(watch.next_check(&policy), Some(at + MEMORY_LOOK_MS));
+    }
+
+    #[test]
     fn a_job_past_twice_its_predicted_run_time_is_slow_once() {
         let policy = Policy {
             slow_after_ms: 1000,
@@ -2009,6 +2219,7 @@ mod tests {
             evidence: format!("loss=nan ```{}", "x".repeat(5000)),
             quiet: None,
             slow: None,
+            climb: None,
         };
         let facts = AlertFacts {
             job: 12,

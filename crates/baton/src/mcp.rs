@@ -164,7 +164,8 @@ struct SubmitJobArgs {
     /// waking you and letting it run: "nan" (its loss turns NaN or infinite), "error" (it
     /// prints an error and keeps running), "stall" (no output for long, its GPUs idle),
     /// "finished-but-alive" (it said it finished, then sits idle without exiting), "slow" (it
-    /// runs past twice what earlier runs of its command took).
+    /// runs past twice what earlier runs of its command took, or its GPU memory climbs past
+    /// what they held).
     #[serde(default)]
     stop_on: Vec<String>,
     /// Wake you while it runs at the first output line matching each regex (e.g.

@@ -571,6 +571,39 @@ fn a_run_far_slower_than_its_commands_history_is_slow() {
     b.run(&["cancel", &id.to_string()]).expect(0);
 }
 
+/// `slow` by memory: a run whose GPU memory climbs steadily past the most that three earlier
+/// successful runs of the same command held wakes the submitter once, before it runs out.
+#[test]
+fn a_run_whose_gpu_memory_climbs_past_its_commands_history_is_slow() {
+    let b = Baton::with_config(
+        3,
+        "[midrun]\nslow_after = \"10s\"\n\n[waste]\nsample_interval = \"1s\"\n",
+    );
+    let (channel, path) = inbox(&b);
+    let script = "d=\"$BATON_HOME/sim/gpu$CUDA_VISIBLE_DEVICES\"; mkdir -p \"$d\"; \
+                  if [ -e leak ]; then i=0; while true; do \
+                    echo \"$(( (1 << 30) + i * (300 << 20) )) 50\" > \"$d/$$\"; \
+                    echo \"step $i\"; i=$((i + 1)); sleep 1; done; \
+                  else echo \"$(( 1 << 30 )) 50\" > \"$d/$$\"; sleep 6; fi";
+    let earlier: Vec<u64> = (0..3)
+        .map(|_| b.submit_sh(&["--gpus", "1"], script))
+        .collect();
+    b.wait_ok(&earlier);
+    b.touch("leak");
+    let id = b.submit_sh(&["--gpus", "1", "--notify", &channel], script);
+    let alerts = delivered_alerts(&b, id, 1);
+    assert_eq!(alerts[0]["detector"], "slow", "{alerts:#?}");
+    wait_contains(&path, &alert_end(id));
+    let text = read(&path);
+    assert!(
+        text.contains("its GPU memory has climbed steadily from")
+            && text
+                .contains("past the 1 GiB that 3 earlier successful runs of the same command held"),
+        "{text}"
+    );
+    b.run(&["cancel", &id.to_string()]).expect(0);
+}
+
 #[test]
 fn a_restart_neither_repeats_nor_loses_an_alert() {
     let mut b = Baton::with_config(2, "[midrun]\nerror_grace = \"1s\"\n");

@@ -67,7 +67,8 @@ pub struct Args {
     /// instead of waking you and letting it run: nan (a NaN/inf loss), error (an error it
     /// outlives), stall (no output for long while its GPUs idle), finished-but-alive (it said
     /// it finished, then idles without exiting), slow (past twice what earlier runs of its
-    /// command took). Comma-separated or repeated.
+    /// command took, or its GPU memory climbing past what they held). Comma-separated or
+    /// repeated.
     #[arg(long = "stop-on", value_delimiter = ',', value_name = "DETECTOR")]
     stop_on: Vec<String>,
     /// Wake you while it runs at the first line of its output matching REGEX (Rust regex

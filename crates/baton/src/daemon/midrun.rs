@@ -349,9 +349,13 @@ impl Daemon {
                     }
                 }
                 let has_gpus = f.has_gpus;
-                let alerts = f.watch.check(&f.scanner.so_far(), now, &f.policy, || {
+                let mut alerts = f.watch.check(&f.scanner.so_far(), now, &f.policy, || {
                     self.gpus_of(id, has_gpus)
                 });
+                alerts.extend(
+                    f.watch
+                        .check_memory(now, &f.policy, || self.lock().monitor.memory_series(id)),
+                );
                 for mut alert in alerts {
                     if matches!(
                         alert.detector,
@@ -570,6 +574,18 @@ impl Daemon {
                 }
             };
             let predicted = baton_core::workflow::predict_ms(&history, None, 0);
+            // And the most GPU memory they held (a memory `slow`, a leak).
+            let peaks = if has_gpus {
+                match self.readers.with(|s| s.run_memory_peaks(&job.command)) {
+                    Ok(peaks) => peaks,
+                    Err(e) => {
+                        tracing::warn!(job = id.0, "cannot read its command's memory: {e}");
+                        Vec::new()
+                    }
+                }
+            } else {
+                Vec::new()
+            };
             // After a restart: what this attempt raised already is not raised again.
             let raised = match self.lock().jobs.store().alerts(id) {
                 Ok(alerts) => alerts
@@ -584,6 +600,8 @@ impl Daemon {
             };
             let mut watch = Watch::resume(raised, started_at.max(follower_started));
             watch.expect(started_at, predicted, history.len());
+            let peak = peaks.iter().copied().max().unwrap_or(0);
+            watch.expect_memory(started_at, peak, peaks.len());
             if let Some(at) = last_written(&files) {
                 watch.printed_before_resume_at(at);
             }
@@ -683,7 +701,7 @@ impl Daemon {
                 );
                 if alert.action == Action::Stop {
                     let stop = Transition::RequestStop {
-                        reason: midrun::stop_reason(alert.detector, &f.milestones),
+                        reason: midrun::stop_reason(&alert, &f.milestones),
                     };
                     let mut jobs = super::host::Locked(inner);
                     if let Err(e) = self.cancel(&mut jobs, &job, stop) {

@@ -68,6 +68,17 @@ impl MonitorState {
         since
     }
 
+    /// Running job `id`'s GPU memory (its processes' over its GPUs) at each sample of the last
+    /// hour, oldest first: what a memory `slow` is judged on (`midrun`).
+    pub(super) fn memory_series(&self, id: JobId) -> Vec<(Millis, u64)> {
+        let Some(ring) = self.jobs.get(&id) else {
+            return Vec::new();
+        };
+        let mut series: Vec<(Millis, u64)> = ring.newest_first().map(|p| (p.at, p.mem)).collect();
+        series.reverse();
+        series
+    }
+
     /// Records whether running job `id`'s `finished-but-alive` alert stands, and since when.
     pub(super) fn set_said_finished(&mut self, id: JobId, since: Option<Millis>) {
         match since {

@@ -964,6 +964,22 @@ impl Store {
         let rows = stmt.query_map(params![json(&command), task, workflow], |r| r.get("run_ms"))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+
+    /// The most GPU memory each of the last 50 successful runs of `command` held (over its
+    /// GPUs, each GPU's peak), newest first; runs that held none are left out. What a memory
+    /// `slow` (a leak) is judged against.
+    pub fn run_memory_peaks(&self, command: &[String]) -> Result<Vec<u64>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT SUM(u.mem_peak) AS peak FROM jobs j JOIN job_gpu_usage u \
+             ON u.job_id = j.id AND u.attempt = j.attempt \
+             WHERE j.state = 'succeeded' AND j.command = ?1 \
+             GROUP BY j.id HAVING peak > 0 ORDER BY j.id DESC LIMIT 50",
+        )?;
+        let rows = stmt.query_map(params![json(&command)], |r| r.get::<_, i64>("peak"))?;
+        Ok(rows
+            .map(|r| r.map(|peak| peak.max(0) as u64))
+            .collect::<Result<_, _>>()?)
+    }
 }
 
 /// The default name is the program's file name, as squeue shows it.
