@@ -170,6 +170,7 @@ mod tests {
             evidence: "loss=nan".into(),
             quiet: None,
             slow: None,
+            climb: None,
         }
     }
 
