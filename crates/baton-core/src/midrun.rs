@@ -154,6 +154,9 @@ pub struct Policy {
     pub slow_after_ms: Millis,
     /// What each of the job's milestones does, in milestone order (wake when not listed).
     pub milestones: Vec<Action>,
+    /// The detectors the job itself asked to be stopped by (`--stop-on`), as against the
+    /// daemon's `stop` settings.
+    pub job_stops: Vec<Detector>,
 }
 
 impl Default for Policy {
@@ -171,6 +174,7 @@ impl Default for Policy {
             slow: Some(Action::Wake),
             slow_after_ms: 10 * 60_000,
             milestones: Vec::new(),
+            job_stops: Vec::new(),
         }
     }
 }
@@ -231,6 +235,7 @@ impl Policy {
     /// the daemon's setting for it, `off` included).
     pub fn with_stop_on(&self, stop_on: &[Detector]) -> Policy {
         let mut policy = self.clone();
+        policy.job_stops.extend_from_slice(stop_on);
         for d in stop_on {
             match d {
                 Detector::Nan => policy.nan = Some(Action::Stop),
@@ -243,6 +248,17 @@ impl Policy {
             }
         }
         policy
+    }
+
+    /// What asked for a stop by `detector`: the job's `--stop-on`, or the daemon's setting.
+    fn stop_source(&self, detector: Detector) -> String {
+        if self.job_stops.contains(&detector) {
+            return format!("--stop-on {}", detector.as_str());
+        }
+        format!(
+            "[midrun] {} = \"stop\"",
+            detector.as_str().replace('-', "_")
+        )
     }
 
     fn action(&self, detector: Detector) -> Option<Action> {
@@ -512,6 +528,9 @@ pub struct Alert {
     pub quiet: Option<Quiet>,
     /// For a slow job: how long it ran against what was predicted.
     pub slow: Option<Slowness>,
+    /// For a stop by a detector: what asked for it (`--stop-on nan`, or `[midrun] nan =
+    /// "stop"` in config.toml).
+    pub stop_by: Option<String>,
     /// For a job slow by its memory: how its GPU memory climbed past earlier runs' peak.
     pub climb: Option<MemoryClimb>,
 }
@@ -985,6 +1004,8 @@ impl Watch {
             quiet: None,
             slow: None,
             climb: None,
+            stop_by: (action == Action::Stop && !matches!(detector, Detector::Milestone(_)))
+                .then(|| policy.stop_source(detector)),
         })
     }
 }
@@ -1065,13 +1086,15 @@ pub fn stop_reason(alert: &Alert, milestones: &Milestones) -> String {
     if let Detector::Milestone(i) = detector {
         return format!("stopped by baton: it met {}", asked_for(milestones, i));
     }
+    let by = stop_by(alert, detector);
     if detector == Detector::Slow && alert.climb.is_some() {
-        return "stopped by baton: its GPU memory climbed steadily past what its earlier runs \
-                held (--stop-on slow)"
-            .into();
+        return format!(
+            "stopped by baton: its GPU memory climbed steadily past what its earlier runs held \
+             ({by})"
+        );
     }
     format!(
-        "stopped by baton: {} (--stop-on {})",
+        "stopped by baton: {} ({by})",
         match detector {
             Detector::Nan => "its loss became NaN or infinite",
             Detector::Error => "it printed an error and kept running",
@@ -1080,9 +1103,16 @@ pub fn stop_reason(alert: &Alert, milestones: &Milestones) -> String {
             Detector::Slow => "it ran more than twice as long as its earlier runs",
             Detector::Milestone(_) => "it reached a milestone",
             Detector::Digest => "a progress digest",
-        },
-        detector.as_str()
+        }
     )
+}
+
+/// What asked for the stop `alert` is: as the watch recorded it, else the job's `--stop-on`.
+fn stop_by(alert: &Alert, detector: Detector) -> String {
+    alert
+        .stop_by
+        .clone()
+        .unwrap_or_else(|| format!("--stop-on {}", detector.as_str()))
 }
 
 /// The headline of an alert: what was seen.
@@ -1209,7 +1239,7 @@ pub fn message(facts: &AlertFacts<'_>, alert: &Alert, at_text: &str) -> String {
     if alert.action == Action::Stop {
         let why = match alert.detector {
             Detector::Milestone(i) => asked_for(facts.milestones, i),
-            detector => format!("--stop-on {}", detector.as_str()),
+            detector => stop_by(alert, detector),
         };
         let _ = writeln!(
             out,
@@ -1671,6 +1701,7 @@ mod tests {
             }),
             slow: None,
             climb: None,
+            stop_by: None,
         };
         let mut text = String::from(
             "Process 41: python train.py\nPython v3.11.7\n\nThread 41 (idle): \"MainThread\"\n    \
@@ -1741,6 +1772,7 @@ mod tests {
             }),
             slow: None,
             climb: None,
+            stop_by: None,
         };
         let facts = AlertFacts {
             job: 9,
@@ -2220,6 +2252,7 @@ mod tests {
             quiet: None,
             slow: None,
             climb: None,
+            stop_by: None,
         };
         let facts = AlertFacts {
             job: 12,

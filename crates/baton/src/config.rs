@@ -33,7 +33,8 @@ pub struct Settings {
 }
 
 /// `[midrun]`: the detectors that follow a running job's output, each `wake` (the job's
-/// channels get a short alert), `note` (recorded, shown in the report) or `off`; how long a
+/// channels get a short alert), `note` (recorded, shown in the report), `stop` (the job is
+/// ended as failed, as by `--stop-on`) or `off`; how long a
 /// process must outlive the error it printed; the shortest silence that is a stall; how long a
 /// job that said it finished may stay quiet and idle; and the most wake-ups a job gets in an
 /// hour.
@@ -70,6 +71,8 @@ pub struct MidrunSettings {
 pub enum DetectorSetting {
     Wake,
     Note,
+    /// End the job as failed at once, as every job's `--stop-on` would.
+    Stop,
     Off,
 }
 
@@ -100,6 +103,7 @@ impl MidrunSettings {
         let action = |s: DetectorSetting| match s {
             DetectorSetting::Wake => Some(Action::Wake),
             DetectorSetting::Note => Some(Action::Note),
+            DetectorSetting::Stop => Some(Action::Stop),
             DetectorSetting::Off => None,
         };
         baton_core::midrun::Policy {
@@ -115,6 +119,7 @@ impl MidrunSettings {
             slow: action(self.slow),
             slow_after_ms: self.slow_after,
             milestones: Vec::new(),
+            job_stops: Vec::new(),
         }
     }
 }

@@ -482,6 +482,38 @@ fn a_running_jobs_counters_and_bars_are_its_progress_and_eta() {
     assert!(b.job(steps).get("progress").is_none(), "only while it runs");
 }
 
+/// The running job's ETA refines the queue's outlook: a job waiting for the GPU of a job with
+/// no time limit has no predicted start (no bound exists), but an expected one, from the
+/// running job's progress.
+#[test]
+fn a_running_jobs_eta_gives_the_job_waiting_for_its_gpu_an_expected_start() {
+    let b = Baton::start(1);
+    let running = b.submit_sh(
+        &["--gpus", "1"],
+        "i=1; while [ $i -le 100 ]; do echo \"step $i/100\"; i=$((i+1)); sleep 0.1; done",
+    );
+    b.wait_running(running);
+    let waiting = b.submit(&["--gpus", "1", "--", "true"]);
+    b.poll_job(running, "with an ETA", |j| j["progress"]["eta"].is_string());
+    let listed = b.run(&["status", "--json"]).expect(0).json();
+    let queued = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["id"] == waiting)
+        .unwrap()
+        .clone();
+    assert_eq!(queued["state"], "queued", "{queued:#}");
+    assert!(
+        queued.get("predicted_start").is_none(),
+        "no bound: {queued:#}"
+    );
+    assert!(queued["expected_start"].is_string(), "{queued:#}");
+    let table = b.run(&["status"]).expect(0).stdout;
+    assert!(table.contains("(running jobs' progress)"), "{table}");
+    b.wait_ok(&[running, waiting]);
+}
+
 /// `--wake-every`: a digest each period (how far the job is, its last line), each its own alert;
 /// and a stall is raised again once the job printed again and fell quiet again.
 #[test]
@@ -665,10 +697,22 @@ fn stop_on_ends_the_job_as_failed_and_frees_its_gpu_for_the_next() {
     assert!(!text.contains(&alert_end(id)), "{text}");
     assert!(text.contains("stopped by baton"), "{text}");
     let report = b.run(&["report", &id.to_string()]).expect(0).stdout;
-    assert!(
-        report.contains("baton stopped the job (--stop-on)"),
-        "{report}"
+    assert!(report.contains("baton stopped the job"), "{report}");
+}
+
+/// `stop` in config.toml stops every job the detector fires for, and says so.
+#[test]
+fn a_detector_set_to_stop_in_the_config_stops_the_job_and_names_the_setting() {
+    let b = Baton::with_config(1, "[midrun]\nnan = \"stop\"\n");
+    let id = b.submit_sh(&["--gpus", "1"], "echo 'step 7 loss=nan'; sleep 60");
+    let job = b.poll_job(id, "stopped", |j| j["state"] == "failed");
+    assert_eq!(
+        job["reason"],
+        "stopped by baton: its loss became NaN or infinite ([midrun] nan = \"stop\")",
+        "{job:#}"
     );
+    let out = b.run(&["report", &id.to_string()]).expect(0).stdout;
+    assert!(out.contains("baton stopped the job"), "{out}");
 }
 
 #[test]

@@ -134,7 +134,7 @@ fn render(r: &Report, b: &Budget) -> String {
             .unwrap_or_default();
         let told = match alert.action.as_str() {
             "wake" => "its submitter was woken",
-            "stop" => "baton stopped the job (--stop-on)",
+            "stop" => "baton stopped the job",
             _ => "recorded, nobody woken",
         };
         let _ = writeln!(

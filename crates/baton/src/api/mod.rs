@@ -327,6 +327,12 @@ pub struct JobView {
     /// (a job in the way has no time limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_start: Option<String>,
+    /// For a queued job in `status` listings: when it is expected to start if the running
+    /// jobs whose progress the viewer may see end when their progress says (their ETA), the
+    /// others at their time limits (RFC 3339). An estimate, not a bound; absent unless earlier
+    /// than `predicted_start` (or where that has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_start: Option<String>,
     /// Under the Slurm backend: the Slurm job id of its current attempt, the nodes it runs
     /// on, and Slurm's state for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -82,6 +82,7 @@ pub fn job_view(job: &JobRecord) -> JobView {
         task: job.task.clone(),
         queue_position: None,
         predicted_start: None,
+        expected_start: None,
         slurm_job_id: job.slurm_id(),
         slurm_nodes: job
             .slurm_nodes()

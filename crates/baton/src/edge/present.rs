@@ -262,6 +262,25 @@ fn reason_column(job: &JobView) -> String {
             reason.push_str(&format!("starts within {}", format_duration(wait)));
         }
     }
+    // The estimate from the running jobs' progress, when it is sooner than the bound.
+    if job.state == JobState::Queued
+        && !reason.contains("reserved to start")
+        && let Some(at) = parse_time(&job.expected_start)
+    {
+        let wait = at
+            .duration_since(SystemTime::now())
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        if wait > 1000 {
+            if !reason.is_empty() {
+                reason.push_str("; ");
+            }
+            reason.push_str(&format!(
+                "expected in about {} (running jobs' progress)",
+                format_duration(wait)
+            ));
+        }
+    }
     reason
 }
 

@@ -171,6 +171,7 @@ mod tests {
             quiet: None,
             slow: None,
             climb: None,
+            stop_by: None,
         }
     }
 

@@ -5,14 +5,17 @@
 //! under the daemon's lock. Only the active jobs are then looked up in the job table, in one
 //! short hold of the lock: their live copies carry what is shown but not stored (why a queued
 //! job waits in the latest pass, an end waiting to be recorded) and the queue's predicted
-//! starts. Ended jobs never change, so what the reader says of them is the whole story.
+//! starts (bounds, from time limits) and expected ones (estimates, from the ETAs of the running
+//! jobs the viewer may see the progress of). Ended jobs never change, so what the reader says of them is the whole story.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use baton_core::{JobId, JobState};
+use baton_core::model::RunningJob;
+use baton_core::{JobId, JobState, Millis};
 
 use crate::api::{JobView, ListQuery, MORE_HEADER, NEXT_HEADER, PAGE_MAX};
 use crate::daemon::views::{alert_views, job_view_for, rfc3339, shown_view};
@@ -190,6 +193,19 @@ impl Daemon {
         let input = queued
             .then(|| crate::daemon::scheduling_input(&inner, &self.gpus).ok())
             .flatten();
+        // When the running jobs whose progress this viewer may read expect to end (their ETA):
+        // what refines the queue's outlook into an estimate.
+        let now = now_ms();
+        let etas: HashMap<JobId, Millis> = match &input {
+            Some((running, _, _)) => running
+                .iter()
+                .filter_map(|r| {
+                    let job = inner.jobs.get(r.id).filter(|j| peer.may_act_on(j))?;
+                    Some((r.id, now + self.progress_view(job)?.remaining_ms?))
+                })
+                .collect(),
+            None => HashMap::new(),
+        };
         for &i in &active {
             if let Some(live) = inner.jobs.get(jobs[i].id) {
                 views[i] = shown_view(&inner.jobs, peer, live);
@@ -205,12 +221,32 @@ impl Daemon {
                 &self.machine,
                 &running,
                 &pending,
-                now_ms(),
+                now,
                 500,
             );
+            let expected = (!etas.is_empty()).then(|| {
+                let by_eta: Vec<RunningJob> = running
+                    .iter()
+                    .map(|r| RunningJob {
+                        ends_by: match (r.ends_by, etas.get(&r.id)) {
+                            (Some(limit), Some(&eta)) => Some(limit.min(eta)),
+                            (limit, eta) => limit.or(eta.copied()),
+                        },
+                        ..r.clone()
+                    })
+                    .collect();
+                baton_core::scheduler::predicted_starts(&self.machine, &by_eta, &pending, now, 500)
+            });
             for i in active {
-                if let Some(Some(at)) = predicted.get(&jobs[i].id) {
-                    views[i].predicted_start = Some(rfc3339(*at));
+                let bound = predicted.get(&jobs[i].id).copied().flatten();
+                if let Some(at) = bound {
+                    views[i].predicted_start = Some(rfc3339(at));
+                }
+                let estimate = expected
+                    .as_ref()
+                    .and_then(|e| e.get(&jobs[i].id).copied().flatten());
+                if let Some(at) = estimate.filter(|at| bound.is_none_or(|b| at < &b)) {
+                    views[i].expected_start = Some(rfc3339(at));
                 }
             }
         }
