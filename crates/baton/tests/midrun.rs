@@ -439,6 +439,92 @@ fn nan_and_error_alert_again_once_their_condition_cleared_and_came_back() {
     b.run(&["cancel", &id.to_string()]).expect(0);
 }
 
+/// Real-shaped output, each job on its own channel: a PyTorch loop whose loss turns NaN and
+/// goes on, Hugging Face's Trainer and Lightning finishing and then not exiting, a plain
+/// "Training finished" followed by a sleep, an NCCL watchdog timeout and a dataloader worker's
+/// traceback each followed by a hang. Each gives exactly one message, within a bounded time.
+#[test]
+fn real_shaped_logs_each_give_exactly_one_message() {
+    let b = Baton::with_config(
+        1,
+        "[midrun]\nerror_grace = \"1s\"\nstall_after = \"1h\"\nfinished_grace = \"2s\"\n\
+         finished_but_alive = \"wake\"\n",
+    );
+    let scenarios: [(&str, &str, &str); 6] = [
+        (
+            "nan",
+            "pytorch",
+            "i=1; while [ $i -le 30 ]; do echo \"Epoch 1 | step $i/500 | loss 2.$i | lr 3e-4\"; \
+             i=$((i+1)); done; while true; do echo \"Epoch 1 | step $i/500 | loss nan | lr 3e-4\"; \
+             i=$((i+1)); sleep 0.2; done",
+        ),
+        (
+            "finished-but-alive",
+            "hf-trainer",
+            "echo \"{'loss': 0.4123, 'grad_norm': 1.9, 'learning_rate': 1e-05, 'epoch': 2.99}\"; \
+             echo \"{'train_runtime': 812.3, 'train_samples_per_second': 81.2, 'train_loss': \
+             0.41, 'epoch': 3.0}\"; echo ''; \
+             echo 'Training completed. Do not forget to share your model on huggingface.co/models =)'; \
+             sleep 600",
+        ),
+        (
+            "finished-but-alive",
+            "lightning",
+            "echo 'Epoch 2: 100%|##########| 250/250 [00:31<00:00,  8.01it/s, v_num=0, \
+             train_loss=0.213]'; \
+             echo '`Trainer.fit` stopped: `max_epochs=3` reached.'; sleep 600",
+        ),
+        (
+            "finished-but-alive",
+            "plain",
+            "echo 'step 900 loss=0.02'; echo 'Training finished in 3h 2m'; sleep 600",
+        ),
+        (
+            "error",
+            "nccl-timeout",
+            "echo 'step 12 loss=0.8'; echo '[rank0]:[E1204 10:00:00.000 ProcessGroupNCCL.cpp:616] \
+             [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, \
+             OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600032 \
+             milliseconds before timing out.' >&2; sleep 600",
+        ),
+        (
+            "error",
+            "dataloader",
+            "echo 'step 3 loss=1.1'; printf 'Traceback (most recent call last):\\n  File \
+             \"/usr/lib/python3/dist-packages/torch/utils/data/_utils/worker.py\", line 308, \
+             in _worker_loop\\n    data = fetcher.fetch(index)\\nRuntimeError: DataLoader \
+             worker (pid 4242) is killed by signal: Killed.\\n' >&2; sleep 600",
+        ),
+    ];
+    let started = std::time::Instant::now();
+    let jobs: Vec<(u64, &str, std::path::PathBuf)> = scenarios
+        .iter()
+        .map(|(detector, name, script)| {
+            let path = b.path(&format!("inbox-{name}.md"));
+            let channel = format!("file:{}", path.display());
+            let id = b.submit_sh(&["--name", name, "--notify", &channel], script);
+            (id, *detector, path)
+        })
+        .collect();
+    for (id, detector, path) in &jobs {
+        wait_contains(path, &alert_end(*id));
+        let alerts = b.job(*id)["alerts"].as_array().cloned().unwrap_or_default();
+        assert_eq!(alerts.len(), 1, "job {id}: {alerts:#?}");
+        assert_eq!(alerts[0]["detector"], *detector, "job {id}: {alerts:#?}");
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    // And nothing more comes.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    for (id, _, path) in &jobs {
+        assert_eq!(read(path).matches(&alert_end(*id)).count(), 1, "{}", read(path));
+        b.run(&["cancel", &id.to_string()]).expect(0);
+    }
+}
+
 /// Waits until `baton status ID --json` shows the job's progress; returns it.
 #[track_caller]
 fn progress_of(b: &Baton, id: u64, counters: &str) -> Value {
