@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use baton_core::midrun::Stacks;
 
-use crate::executor::JobFiles;
+use crate::executor::{JobFiles, RunAs};
 
 /// The most Python processes of one job read (a job with many dataloader workers is told by
 /// its first few).
@@ -32,12 +32,15 @@ pub fn stored_at(alert_file: &Path) -> PathBuf {
 /// is not known), with py-spy as `setting` names it: a path, or a name looked up in the
 /// daemon's PATH and then in `job_path` (the job's own PATH, given only to a user's own daemon:
 /// a shared daemon runs as root and must not run what a user's PATH names). The whole dump is
-/// stored at `store_at`.
+/// stored at `store_at`. With `run_as` (a shared daemon's job of another user) py-spy runs as
+/// the job's owner: a root daemon never reads a user's process memory as root, since a parser
+/// fed memory its owner controls must not hold root's rights.
 pub fn read(
     files: &JobFiles,
     attempt: u32,
     setting: &str,
     job_path: Option<&str>,
+    run_as: Option<&RunAs>,
     store_at: &Path,
 ) -> Option<Stacks> {
     let supervisor = files.supervisor_of(attempt)?;
@@ -56,7 +59,7 @@ pub fn read(
     let mut dumps = Vec::new();
     let mut failures = Vec::new();
     for pid in pythons {
-        match dump(&py_spy, pid, deadline) {
+        match dump(&py_spy, pid, run_as, deadline) {
             Ok(text) => dumps.push(text),
             Err(why) => failures.push(format!("pid {pid}: {why}")),
         }
@@ -111,13 +114,22 @@ fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// `py-spy dump --pid PID`, killed if it runs past `deadline`.
-fn dump(py_spy: &Path, pid: u32, deadline: Instant) -> Result<String, String> {
-    let mut child = Command::new(py_spy)
-        .args(["dump", "--pid", &pid.to_string()])
+/// `py-spy dump --pid PID` (as `run_as`, if given), killed if it runs past `deadline`.
+fn dump(
+    py_spy: &Path,
+    pid: u32,
+    run_as: Option<&RunAs>,
+    deadline: Instant,
+) -> Result<String, String> {
+    let mut cmd = Command::new(py_spy);
+    cmd.args(["dump", "--pid", &pid.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(run_as) = run_as {
+        crate::executor::run_as_user(&mut cmd, run_as);
+    }
+    let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", py_spy.display()))?;
     let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());

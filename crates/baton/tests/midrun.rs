@@ -520,7 +520,12 @@ fn real_shaped_logs_each_give_exactly_one_message() {
     // And nothing more comes.
     std::thread::sleep(std::time::Duration::from_secs(2));
     for (id, _, path) in &jobs {
-        assert_eq!(read(path).matches(&alert_end(*id)).count(), 1, "{}", read(path));
+        assert_eq!(
+            read(path).matches(&alert_end(*id)).count(),
+            1,
+            "{}",
+            read(path)
+        );
         b.run(&["cancel", &id.to_string()]).expect(0);
     }
 }

@@ -631,13 +631,23 @@ impl Daemon {
     /// to wake: then it is a note) and wakes the outbox; for a stop, then stops the job (its
     /// end report is delivered as for any end).
     /// The stacks of the stalled job's Python processes, stored beside the alert (`None`: it
-    /// runs no Python). A user's own daemon also finds py-spy in the job's PATH.
+    /// runs no Python). A user's own daemon also finds py-spy in the job's PATH; a shared one
+    /// runs it as the job's owner.
     fn python_stacks(&self, id: JobId, subject: &Subject, alert: &Alert) -> Option<Stacks> {
-        let job_path = if self.config.system {
-            None
-        } else {
+        let (job_path, run_as) = {
             let inner = self.lock();
-            inner.jobs.get(id).and_then(|j| j.env.get("PATH").cloned())
+            let job = inner.jobs.get(id)?;
+            let run_as = match self.run_as(job) {
+                Ok(run_as) => run_as,
+                Err(e) => {
+                    tracing::warn!(job = id.0, "cannot read its stacks: {e}");
+                    return None;
+                }
+            };
+            let path = (!self.config.system)
+                .then(|| job.env.get("PATH").cloned())
+                .flatten();
+            (path, run_as)
         };
         let alert_file = alert_path(&subject.files, subject.attempt, alert.detector, alert.seq);
         crate::stacks::read(
@@ -645,6 +655,7 @@ impl Daemon {
             subject.attempt,
             &self.config.py_spy,
             job_path.as_deref(),
+            run_as.as_ref(),
             &crate::stacks::stored_at(&alert_file),
         )
     }
