@@ -627,9 +627,6 @@ impl Daemon {
         later
     }
 
-    /// Commits one alert with its deliveries (none for a note, or where the job has no channel
-    /// to wake: then it is a note) and wakes the outbox; for a stop, then stops the job (its
-    /// end report is delivered as for any end).
     /// The stacks of the stalled job's Python processes, stored beside the alert (`None`: it
     /// runs no Python). A user's own daemon also finds py-spy in the job's PATH; a shared one
     /// runs it as the job's owner.
@@ -660,6 +657,9 @@ impl Daemon {
         )
     }
 
+    /// Commits one alert with its deliveries (none for a note, or where the job has no channel
+    /// to wake: then it is a note) and wakes the outbox; for a stop, then stops the job (its
+    /// end report is delivered as for any end).
     fn raise_alert(
         &self,
         id: JobId,
