@@ -299,12 +299,18 @@ impl Policy {
 /// What a submitter asked to hear of while its job runs, each once per attempt at the first
 /// line that shows it: a line matching a pattern (`--wake-on REGEX`, which wakes), a parsed
 /// metric meeting a condition (`--wake-when 'val_acc>=0.9'` wakes, `--note-when` only records
-/// it, `--stop-when 'loss>10'` ends the job as failed). Milestone N counts the patterns first,
-/// then the conditions in that order.
+/// it, `--stop-when 'loss>10'` ends the job as failed); `--note-when` and `--stop-when` also
+/// take a pattern as `/REGEX/`. Milestone N counts the patterns first (waking, noting,
+/// stopping), then the conditions in that order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Milestones {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wake_on: Vec<String>,
+    /// Patterns of `--note-when '/REGEX/'` and `--stop-when '/REGEX/'`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub note_on: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop_on: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wake_when: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -334,7 +340,7 @@ impl Milestones {
 
     /// How many milestones there are.
     pub fn count(&self) -> usize {
-        self.wake_on.len() + self.wake_when.len() + self.note_when.len() + self.stop_when.len()
+        self.patterns().count() + self.conditions().count()
     }
 
     /// Checks and builds them from what the submitter typed; the error says what is wrong
@@ -353,19 +359,43 @@ impl Milestones {
         for pattern in asked.wake_on {
             compile(pattern)?;
         }
-        let conditions = |flag: &str, texts: &[String]| {
-            texts
-                .iter()
-                .map(|c| Condition::parse(c).map_err(|e| e.replacen("--wake-when", flag, 1)))
-                .collect::<Result<Vec<_>, _>>()
+        // Each of `texts` a pattern (`/REGEX/`) or a condition.
+        let split = |flag: &str,
+                     texts: &[String]|
+         -> Result<(Vec<String>, Vec<Condition>), String> {
+            let (mut patterns, mut conditions) = (Vec::new(), Vec::new());
+            for text in texts {
+                match as_pattern(text) {
+                    Some(pattern) => {
+                        compile(pattern).map_err(|e| e.replacen("--wake-on", flag, 1))?;
+                        patterns.push(pattern.to_string());
+                    }
+                    None => conditions.push(
+                        Condition::parse(text).map_err(|e| e.replacen("--wake-when", flag, 1))?,
+                    ),
+                }
+            }
+            Ok((patterns, conditions))
         };
+        let (wake_on, wake_when) = split("--wake-when", asked.wake_when)?;
+        let (note_on, note_when) = split("--note-when", asked.note_when)?;
+        let (stop_on, stop_when) = split("--stop-when", asked.stop_when)?;
         Ok(Milestones {
-            wake_on: asked.wake_on.to_vec(),
-            wake_when: conditions("--wake-when", asked.wake_when)?,
-            note_when: conditions("--note-when", asked.note_when)?,
-            stop_when: conditions("--stop-when", asked.stop_when)?,
+            wake_on: asked.wake_on.iter().cloned().chain(wake_on).collect(),
+            note_on,
+            stop_on,
+            wake_when,
+            note_when,
+            stop_when,
             wake_every_ms: None,
         })
+    }
+
+    /// The patterns, in milestone order (first), each with what it does.
+    pub fn patterns(&self) -> impl Iterator<Item = (&String, Action)> {
+        (self.wake_on.iter().map(|p| (p, Action::Wake)))
+            .chain(self.note_on.iter().map(|p| (p, Action::Note)))
+            .chain(self.stop_on.iter().map(|p| (p, Action::Stop)))
     }
 
     /// The conditions, in milestone order (after the patterns), each with what it does.
@@ -377,27 +407,38 @@ impl Milestones {
 
     /// What milestone `i` does.
     pub fn action(&self, i: usize) -> Action {
-        match i.checked_sub(self.wake_on.len()) {
-            None => Action::Wake,
+        let patterns = self.patterns().count();
+        match i.checked_sub(patterns) {
+            None => self.patterns().nth(i).map_or(Action::Wake, |(_, a)| a),
             Some(c) => self.conditions().nth(c).map_or(Action::Wake, |(_, a)| a),
         }
     }
 
     /// Milestone `i` as the submitter gave it (`--wake-on 'Epoch 2 done'`).
     pub fn describe(&self, i: usize) -> String {
-        if let Some(pattern) = self.wake_on.get(i) {
-            return format!("--wake-on '{pattern}'");
-        }
         let flag = |action| match action {
             Action::Wake => "--wake-when",
             Action::Note => "--note-when",
             Action::Stop => "--stop-when",
         };
-        match self.conditions().nth(i - self.wake_on.len()) {
+        let patterns = self.patterns().count();
+        if i < patterns {
+            return match self.patterns().nth(i) {
+                Some((pattern, Action::Wake)) => format!("--wake-on '{pattern}'"),
+                Some((pattern, action)) => format!("{} '/{pattern}/'", flag(action)),
+                None => format!("milestone {}", i + 1),
+            };
+        }
+        match self.conditions().nth(i - patterns) {
             Some((c, action)) => format!("{} '{}'", flag(action), c.text()),
             None => format!("milestone {}", i + 1),
         }
     }
+}
+
+/// The pattern of a milestone written `/REGEX/`, if it is one.
+fn as_pattern(text: &str) -> Option<&str> {
+    text.strip_prefix('/')?.strip_suffix('/')
 }
 
 /// A `--wake-on` pattern compiled, bounded in size so that no pattern costs the daemon much.
@@ -1974,6 +2015,40 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.starts_with("--stop-when 'loss>>1'"), "{err}");
+        // `/REGEX/` is a line pattern: patterns come first, waking, noting, stopping.
+        let m = Milestones::parse(AskedMilestones {
+            wake_on: &["Epoch \\d+ done".into()],
+            note_when: &["/Saving checkpoint/".into(), "epoch>=1".into()],
+            stop_when: &["/device-side assert/".into()],
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            (0..4)
+                .map(|i| (m.action(i), m.describe(i)))
+                .collect::<Vec<_>>(),
+            [
+                (Action::Wake, "--wake-on 'Epoch \\d+ done'".to_string()),
+                (
+                    Action::Note,
+                    "--note-when '/Saving checkpoint/'".to_string()
+                ),
+                (
+                    Action::Stop,
+                    "--stop-when '/device-side assert/'".to_string()
+                ),
+                (Action::Note, "--note-when 'epoch>=1'".to_string()),
+            ]
+        );
+        let err = Milestones::parse(AskedMilestones {
+            stop_when: &["/(/".into()],
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(
+            err.starts_with("--stop-when '(': regex parse error"),
+            "{err}"
+        );
     }
 
     #[test]

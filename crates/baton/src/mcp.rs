@@ -177,12 +177,12 @@ struct SubmitJobArgs {
     #[serde(default)]
     wake_when: Vec<String>,
     /// Record (in its report, without waking you) when a printed metric first meets each
-    /// condition, e.g. "epoch>=1".
+    /// condition, e.g. "epoch>=1", or a line first matches "/REGEX/".
     #[serde(default)]
     note_when: Vec<String>,
     /// End the job as failed, freeing its GPUs, when a printed metric first meets each
-    /// condition, e.g. "loss>10" (it diverged) or "val_acc>=0.95" (good enough); its end report
-    /// then wakes you.
+    /// condition, e.g. "loss>10" (it diverged) or "val_acc>=0.95" (good enough), or a line
+    /// first matches "/REGEX/"; its end report then wakes you.
     #[serde(default)]
     stop_when: Vec<String>,
     /// A short progress digest this often while it runs, e.g. "2h" (at least the daemon's

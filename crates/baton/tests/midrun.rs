@@ -369,6 +369,17 @@ fn a_milestone_can_only_note_or_stop_the_job() {
         ],
         "echo 'epoch=1 loss=0.4'; sleep 2; echo 'epoch=2 loss=12.5'; sleep 600",
     );
+    // A line pattern, `/REGEX/`, stops one too.
+    let asserted = b.submit_sh(
+        &["--stop-when", "/device-side assert triggered/"],
+        "echo 'step 1 loss=0.4'; echo 'RuntimeError: CUDA error: device-side assert triggered'; \
+         sleep 600",
+    );
+    let stopped = b.poll_job(asserted, "stopped", |j| j["state"] == "failed");
+    assert_eq!(
+        stopped["reason"], "stopped by baton: it met --stop-when '/device-side assert triggered/'",
+        "{stopped:#}"
+    );
     let job = b.poll_job(id, "stopped", |j| j["state"] == "failed");
     assert_eq!(
         job["reason"], "stopped by baton: it met --stop-when 'loss>10'",

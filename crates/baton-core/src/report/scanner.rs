@@ -68,9 +68,8 @@ impl OutputScanner {
             return Ok(scanner);
         }
         let patterns = milestones
-            .wake_on
-            .iter()
-            .map(|p| crate::midrun::compile(p))
+            .patterns()
+            .map(|(p, _)| crate::midrun::compile(p))
             .collect::<Result<Vec<_>, _>>()?;
         scanner.analysis.milestones = Some(MilestoneScan {
             patterns,

@@ -79,13 +79,13 @@ pub struct Args {
     /// OP one of >=, >, <=, <, == (e.g. 'val_acc>=0.9', 'epoch>=1'), once. Repeatable.
     #[arg(long = "wake-when", value_name = "COND")]
     wake_when: Vec<String>,
-    /// Record, without waking you, when a metric it prints first meets COND (as --wake-when):
-    /// shown in its report. Repeatable.
+    /// Record, without waking you, when a metric it prints first meets COND (as --wake-when),
+    /// or a line first matches /REGEX/: shown in its report. Repeatable.
     #[arg(long = "note-when", value_name = "COND")]
     note_when: Vec<String>,
     /// End the job as failed, freeing its GPUs, when a metric it prints first meets COND (as
-    /// --wake-when), e.g. 'loss>10' (it diverged) or 'val_acc>=0.95' (good enough); its end
-    /// report then wakes you. Repeatable.
+    /// --wake-when), e.g. 'loss>10' (it diverged) or 'val_acc>=0.95' (good enough), or a line
+    /// first matches /REGEX/; its end report then wakes you. Repeatable.
     #[arg(long = "stop-when", value_name = "COND")]
     stop_when: Vec<String>,
     /// Wake you this often while it runs with a short digest (how far it is, its ETA, its last

@@ -122,8 +122,12 @@ fn submission_of(job: &JobRecord, req: ResubmitRequest) -> SubmitRequest {
         stop_on: job.stop_on.iter().map(|d| d.as_str().to_string()).collect(),
         wake_on: job.wake.wake_on.clone(),
         wake_when: job.wake.wake_when.iter().map(|c| c.text()).collect(),
-        note_when: job.wake.note_when.iter().map(|c| c.text()).collect(),
-        stop_when: job.wake.stop_when.iter().map(|c| c.text()).collect(),
+        note_when: (job.wake.note_on.iter().map(|p| format!("/{p}/")))
+            .chain(job.wake.note_when.iter().map(|c| c.text()))
+            .collect(),
+        stop_when: (job.wake.stop_on.iter().map(|p| format!("/{p}/")))
+            .chain(job.wake.stop_when.iter().map(|c| c.text()))
+            .collect(),
         wake_every_ms: job.wake.wake_every_ms,
         ..SubmitRequest::default()
     }
