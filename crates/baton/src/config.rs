@@ -343,6 +343,8 @@ pub struct DaemonSettings {
     pub sim_gpus: Option<u32>,
     /// Also serve Prometheus metrics over TCP here (as `--metrics-addr`).
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Serve the dashboard here (as `--web-addr`), e.g. 127.0.0.1:8080.
+    pub web_addr: Option<std::net::SocketAddr>,
     /// SIGTERM-to-SIGKILL grace when a job is cancelled or ends (as `--grace`; default 30s).
     #[serde(with = "baton_core::units::serde_opt_duration")]
     pub grace: Option<Millis>,

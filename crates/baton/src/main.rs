@@ -22,6 +22,7 @@ mod stacks;
 mod store;
 mod tasks;
 mod users;
+mod web;
 
 use std::process::ExitCode;
 

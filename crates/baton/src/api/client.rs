@@ -425,6 +425,11 @@ impl Client {
         self.get("/info")
     }
 
+    /// A one-time login link to the daemon's dashboard, for this user.
+    pub fn web_login(&self) -> Result<crate::api::WebLoginResponse, ClientError> {
+        self.post("/web/login", &serde_json::json!({}))
+    }
+
     /// Asks the daemon to stop (running jobs keep running).
     pub fn shutdown(&self) -> Result<ShutdownResponse, ClientError> {
         self.post("/shutdown", &serde_json::json!({}))

@@ -974,6 +974,14 @@ pub struct InfoResponse {
     pub health: Option<HealthView>,
 }
 
+/// `POST /v1/web/login`: a one-time login link to the dashboard (good for two minutes, once),
+/// and where the dashboard is.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WebLoginResponse {
+    pub url: String,
+    pub base: String,
+}
+
 /// `POST /v1/shutdown`: the daemon that is stopping.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ShutdownResponse {

@@ -7,6 +7,7 @@ mod agent;
 mod audit;
 mod cancel;
 mod completions;
+mod dashboard;
 mod demo;
 mod events;
 mod gc;
@@ -90,6 +91,9 @@ pub enum Command {
     Info,
     /// Stop the daemon (as SIGTERM would); running jobs keep running.
     Shutdown,
+    /// Print a one-time login link to the web dashboard (`baton serve --web-addr`), and open it
+    /// where a desktop can.
+    Dashboard(dashboard::Args),
     /// What the GPU waste rules decided and did (`--since 1h`).
     Audit(audit::Args),
     /// GPU utilisation, GPU-hours by owner, idle share and waste actions (`--since 7d`).
@@ -183,6 +187,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Gpus => gpus::run(json),
         Command::Info => info::run(json),
         Command::Shutdown => shutdown::run(json),
+        Command::Dashboard(args) => dashboard::run(args, json),
         Command::Audit(args) => audit::run(args, json),
         Command::SlurmMail(args) => slurm_mail::run(args),
         Command::Stats(args) => stats::run(args, json),

@@ -41,6 +41,11 @@ pub struct Args {
     /// 127.0.0.1:9464 (default: `[daemon] metrics_addr`). The socket always serves them.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// Serve the web dashboard on this address, e.g. 127.0.0.1:8080 (default: `[daemon]
+    /// web_addr`; none). Keep it on loopback: `baton dashboard` prints the login link, and an
+    /// SSH port forward reaches it from elsewhere.
+    #[arg(long, value_name = "HOST:PORT")]
+    web_addr: Option<std::net::SocketAddr>,
     /// The cores jobs may use in all, before `[resources] reserve_cpus` (default:
     /// `[resources] cpus`, else the cores this daemon may run on).
     #[arg(long, env = "BATON_MACHINE_CPUS", value_name = "N")]
@@ -127,6 +132,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // after a crash or by hand starts the same way.
     let sim_gpus = args.sim_gpus.or(settings.daemon.sim_gpus);
     let metrics_addr = args.metrics_addr.or(settings.daemon.metrics_addr);
+    let web_addr = args.web_addr.or(settings.daemon.web_addr);
     let probe = crate::gpu::detect(sim_gpus, home.join("sim"));
     let uid = rustix::process::geteuid().as_raw();
     let containment = crate::executor::contain::Method::detect(
@@ -198,12 +204,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             });
         }
+        let (stop_web, web_stopped) = tokio::sync::oneshot::channel::<()>();
+        if let Some(addr) = web_addr {
+            let tcp = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for the dashboard on {addr}"))?;
+            let bound = tcp.local_addr().unwrap_or(addr);
+            let url = format!("http://{bound}");
+            tracing::info!("serving the dashboard on {url} (`baton dashboard` logs you in)");
+            *daemon.web_url.lock().unwrap_or_else(|p| p.into_inner()) = Some(url);
+            let web = Arc::clone(&daemon);
+            daemon.tasks.spawn(crate::tasks::Until::Stop, async move {
+                let stopped = async {
+                    let _ = web_stopped.await;
+                };
+                if let Err(e) = crate::web::serve_tcp(tcp, web, stopped).await {
+                    tracing::error!("the dashboard server failed: {e}");
+                }
+            });
+        }
         tracing::info!(socket = %socket.display(), home = %home.display(), "baton daemon ready");
         Arc::clone(&daemon)
             .run(listener, shutdown_signal())
             .await
             .context("the API server failed")?;
         let _ = stop_metrics.send(());
+        let _ = stop_web.send(());
         let _ = fs::remove_file(&socket);
         drop(lock);
         Ok(ExitCode::SUCCESS)

@@ -170,6 +170,10 @@ pub struct Daemon {
     /// How far each followed job has got (`midrun` writes it, the views read it): its own
     /// small lock, so that a status never waits on the follower or the follower on the daemon.
     progress: Mutex<HashMap<JobId, baton_core::report::progress::Progress>>,
+    /// The dashboard's login tokens and sessions (`crate::web`).
+    pub(crate) web: crate::web::Sessions,
+    /// Where the dashboard is served, once its listener is bound (`baton serve --web-addr`).
+    pub(crate) web_url: Mutex<Option<String>>,
 }
 
 /// What the daemon's lock guards. The backends (`crate::executor`) work on it too.
@@ -296,6 +300,8 @@ impl Daemon {
             retention: Default::default(),
             ended_jobs,
             progress: Mutex::new(HashMap::new()),
+            web: Default::default(),
+            web_url: Mutex::new(None),
         }))
     }
 
@@ -698,6 +704,11 @@ impl Daemon {
     }
 
     /// Copies of the running jobs.
+    /// Every job not yet ended (queued, held, running), as the job table has them.
+    pub(crate) fn active_jobs(&self) -> Vec<JobRecord> {
+        self.lock().jobs.active().cloned().collect()
+    }
+
     pub(crate) fn running(&self) -> Vec<JobRecord> {
         self.lock()
             .jobs

@@ -9,6 +9,17 @@ use crate::api::{GpuProcess, GpuView, GpusResponse};
 use crate::daemon::Daemon;
 
 pub async fn handle(State(daemon): State<Arc<Daemon>>) -> Json<GpusResponse> {
+    Json(daemon.gpu_views())
+}
+
+impl Daemon {
+    /// Each GPU as the probe reads it now, with the jobs placed on it (also the dashboard's).
+    pub(crate) fn gpu_views(&self) -> GpusResponse {
+        gpu_views(self)
+    }
+}
+
+fn gpu_views(daemon: &Daemon) -> GpusResponse {
     let samples = daemon.probe.sample();
     let running = daemon.running();
     let util_5m = daemon.recent_utilisation(5 * 60_000);
@@ -50,8 +61,8 @@ pub async fn handle(State(daemon): State<Arc<Daemon>>) -> Json<GpusResponse> {
             }
         })
         .collect();
-    Json(GpusResponse {
+    GpusResponse {
         backend: daemon.probe.backend().into(),
         gpus,
-    })
+    }
 }

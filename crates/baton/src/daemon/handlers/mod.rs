@@ -25,6 +25,7 @@ mod submit;
 mod sweep;
 mod update;
 mod wait;
+mod web;
 mod workflow;
 mod workflow_list;
 
@@ -64,6 +65,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/stats", get(stats::handle))
         .route("/slurm/poke", post(slurm::poke))
         .route("/shutdown", post(shutdown::handle))
+        .route("/web/login", post(web::login))
         .route(
             "/workflows",
             post(workflow::submit).get(workflow_list::handle),

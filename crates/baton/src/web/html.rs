@@ -1,0 +1,52 @@
+//! HTML for the dashboard: escaping (every value a page shows goes through [`escape`]: job
+//! names, commands and output are whatever their owners made them) and the page frame.
+
+/// `text` safe to put between tags or in a quoted attribute.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A whole page: `title` (escaped here) and `body` (HTML already escaped by its maker), with
+/// the few styles every page shares, readable on a phone.
+pub fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{}</title><style>{STYLE}</style></head><body>{body}</body></html>\n",
+        escape(title)
+    )
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1rem;color:#222}\
+table{border-collapse:collapse;margin:.5rem 0 1.5rem;font-size:.9rem}\
+th,td{border-bottom:1px solid #ddd;padding:.25rem .6rem;text-align:left;vertical-align:top}\
+th{background:#f4f4f4}.num{text-align:right;font-variant-numeric:tabular-nums}\
+.bar{display:inline-block;height:.6rem;background:#4a7}\
+.alloc{display:inline-block;height:.6rem;background:#c84}\
+@media(max-width:600px){table{font-size:.8rem}th,td{padding:.2rem .3rem}}";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markup_in_a_value_is_shown_as_text() {
+        assert_eq!(
+            escape("<script>alert('x')</script> & \"y\""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;y&quot;"
+        );
+        let page = page("<b>", "<p>ok</p>");
+        assert!(page.contains("<title>&lt;b&gt;</title>") && page.contains("<p>ok</p>"));
+    }
+}

@@ -1,0 +1,182 @@
+//! The dashboard (`baton serve --web-addr`): pages for the people who share the GPUs, served
+//! over TCP (loopback by default) beside the Unix socket's API. Nobody is anonymous: `baton
+//! dashboard` asks the daemon, over the socket whose peer credentials say who is asking, for a
+//! one-time login token; `GET /login?token=...` trades it for a session cookie bound to that
+//! uid, and every page is rendered for that peer exactly as the socket's API would answer it
+//! (`Peer::may_act_on`). Without a session: 401. Pages are server-rendered HTML with every
+//! value escaped (`html`); nothing is fetched from anywhere else.
+
+mod html;
+mod overview;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::Read;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use baton_core::Millis;
+
+use crate::daemon::{Daemon, Peer, now_ms};
+
+/// How long a login token may wait to be used.
+const TOKEN_LIFETIME_MS: Millis = 2 * 60_000;
+/// How long a session lasts.
+const SESSION_LIFETIME_MS: Millis = 12 * 3_600_000;
+/// The session cookie's name.
+const COOKIE: &str = "baton_session";
+
+/// The login tokens handed out and the sessions they became, each bound to the uid that asked.
+#[derive(Default)]
+pub struct Sessions {
+    tokens: Mutex<HashMap<String, (Peer, Millis)>>,
+    sessions: Mutex<HashMap<String, (Peer, Millis)>>,
+}
+
+impl Sessions {
+    /// A one-time token for `peer`, good for [`TOKEN_LIFETIME_MS`] (`None`: no randomness to
+    /// make one with).
+    pub fn token_for(&self, peer: Peer) -> Option<String> {
+        let token = random_hex()?;
+        let now = now_ms();
+        let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        tokens.retain(|_, (_, expires)| *expires > now);
+        tokens.insert(token.clone(), (peer, now + TOKEN_LIFETIME_MS));
+        Some(token)
+    }
+
+    /// Uses `token` up: a new session for its peer, if it is good.
+    fn log_in(&self, token: &str) -> Option<String> {
+        let now = now_ms();
+        let (peer, expires) = self
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(token)?;
+        if expires <= now {
+            return None;
+        }
+        let session = random_hex()?;
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.retain(|_, (_, expires)| *expires > now);
+        sessions.insert(session.clone(), (peer, now + SESSION_LIFETIME_MS));
+        Some(session)
+    }
+
+    /// Whose session the request's cookie names, if it names a live one.
+    fn peer(&self, headers: &HeaderMap) -> Option<Peer> {
+        let session = cookie(headers, COOKIE)?;
+        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let (peer, expires) = sessions.get(session)?;
+        (*expires > now_ms()).then_some(*peer)
+    }
+}
+
+/// 32 random bytes as hex: a token or session id nobody can guess (`None` without
+/// `/dev/urandom`: then no session is safe, and none is made).
+fn random_hex() -> Option<String> {
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .ok()?;
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The value of cookie `name` in the request's `Cookie` headers.
+fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// The dashboard's routes.
+fn router(daemon: Arc<Daemon>) -> Router {
+    Router::new()
+        .route("/", get(overview))
+        .route("/login", get(login))
+        .with_state(daemon)
+}
+
+/// Serves the dashboard on `listener` until `shutdown` resolves.
+pub async fn serve_tcp(
+    listener: tokio::net::TcpListener,
+    daemon: Arc<Daemon>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(daemon))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[derive(serde::Deserialize)]
+struct LoginQuery {
+    #[serde(default)]
+    token: String,
+}
+
+/// `GET /login?token=...`: a good token becomes a session cookie, and the overview.
+async fn login(State(daemon): State<Arc<Daemon>>, Query(q): Query<LoginQuery>) -> Response {
+    let Some(session) = daemon.web.log_in(&q.token) else {
+        return unauthorized("That login link is used up, expired or wrong.");
+    };
+    let cookie = format!(
+        "{COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        SESSION_LIFETIME_MS / 1000
+    );
+    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// `GET /`: the overview, for the session's peer.
+async fn overview(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Response {
+    let Some(peer) = daemon.web.peer(&headers) else {
+        return unauthorized("This page needs a session.");
+    };
+    let page = overview::render(&daemon, &peer).await;
+    page_response(page)
+}
+
+/// A page, never cached, never framed by another site.
+fn page_response(body: String) -> Response {
+    let mut response = Html(body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+        ),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+/// 401, saying how to get in.
+fn unauthorized(why: &str) -> Response {
+    let body = html::page(
+        "baton: log in",
+        &format!(
+            "<p>{}</p><p>Run <code>baton dashboard</code> on the machine: it prints a login link \
+             for you.</p>",
+            html::escape(why)
+        ),
+    );
+    let mut response = page_response(body);
+    *response.status_mut() = StatusCode::UNAUTHORIZED;
+    response
+}

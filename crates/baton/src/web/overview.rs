@@ -1,0 +1,145 @@
+//! The overview page: each GPU with its utilisation next to its allocation, its memory, power
+//! and temperature and who holds it; the queue with each job's reason and starts; the running
+//! jobs with their progress and ETA (for the jobs whose output the viewer may read).
+
+use std::fmt::Write;
+
+use baton_core::JobState;
+use baton_core::units::format_size;
+
+use super::html::{escape, page};
+use crate::api::JobView;
+use crate::daemon::{Daemon, Peer};
+
+/// The overview for `peer`, as the socket's API would show it to them.
+pub async fn render(daemon: &Daemon, peer: &Peer) -> String {
+    let gpus = daemon.gpu_views();
+    let jobs = daemon.active_jobs();
+    let views = daemon.shown(peer, &jobs);
+    let mut body = String::new();
+    let _ = write!(
+        body,
+        "<h1>baton</h1><p>{} GPUs ({}); {} running, {} queued.</p>",
+        gpus.gpus.len(),
+        escape(&gpus.backend),
+        views
+            .iter()
+            .filter(|j| j.state == JobState::Running)
+            .count(),
+        views.iter().filter(|j| j.state == JobState::Queued).count(),
+    );
+    body.push_str(
+        "<h2>GPUs</h2><table id=\"gpus\"><tr><th>GPU</th><th>use</th><th>memory</th>\
+         <th>allocated</th><th>power</th><th>temp</th><th>held by</th></tr>",
+    );
+    for gpu in &gpus.gpus {
+        let util = gpu.utilization.unwrap_or(0).min(100);
+        let holders: Vec<String> = gpu
+            .jobs
+            .iter()
+            .map(|id| match views.iter().find(|j| j.id == *id) {
+                Some(j) => format!("{} ({}, {})", id, escape(&j.name), escape(&j.owner)),
+                None => id.to_string(),
+            })
+            .collect();
+        let _ = write!(
+            body,
+            "<tr class=\"gpu\"><td>{} {}</td>\
+             <td class=\"num\">{}<br><span class=\"bar\" style=\"width:{}px\"></span></td>\
+             <td class=\"num\">{} / {}</td><td class=\"num\">{}<br>\
+             <span class=\"alloc\" style=\"width:{}px\"></span></td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td>{}</td></tr>",
+            gpu.index,
+            escape(&gpu.model),
+            gpu.utilization
+                .map_or_else(|| "-".to_string(), |u| format!("{u}%")),
+            util,
+            format_size(gpu.memory_used),
+            format_size(gpu.memory_total),
+            format_size(gpu.memory_allocated.min(gpu.memory_total)),
+            percent(gpu.memory_allocated, gpu.memory_total),
+            gpu.power_watts
+                .map_or_else(|| "-".to_string(), |w| format!("{w:.0} W")),
+            gpu.temperature_c
+                .map_or_else(|| "-".to_string(), |t| format!("{t:.0} °C")),
+            if holders.is_empty() {
+                "free".to_string()
+            } else {
+                holders.join("<br>")
+            },
+        );
+    }
+    body.push_str("</table>");
+    jobs_table(&mut body, "Running", "running", &views, JobState::Running);
+    jobs_table(&mut body, "Queue", "queue", &views, JobState::Queued);
+    page("baton", &body)
+}
+
+/// `part` of `whole` as a percentage, 0 to 100.
+fn percent(part: u64, whole: u64) -> u64 {
+    (part.min(whole) * 100).checked_div(whole).unwrap_or(0)
+}
+
+/// The jobs in `state`, one row each.
+fn jobs_table(body: &mut String, title: &str, id: &str, views: &[JobView], state: JobState) {
+    let rows: Vec<&JobView> = views.iter().filter(|j| j.state == state).collect();
+    let _ = write!(body, "<h2>{title}</h2>");
+    if rows.is_empty() {
+        let _ = write!(body, "<p id=\"{id}\">None.</p>");
+        return;
+    }
+    let _ = write!(
+        body,
+        "<table id=\"{id}\"><tr><th>job</th><th>name</th><th>owner</th><th>GPUs</th>\
+         <th>{}</th></tr>",
+        if state == JobState::Running {
+            "progress"
+        } else {
+            "why it waits"
+        }
+    );
+    for job in rows {
+        let detail = if state == JobState::Running {
+            match &job.progress {
+                Some(p) => match &p.eta {
+                    Some(eta) => format!("{}; ETA {}", p.counters, eta),
+                    None => p.counters.clone(),
+                },
+                None => String::new(),
+            }
+        } else {
+            let mut why = job.reason.clone().unwrap_or_default();
+            for (label, at) in [
+                ("starts by", &job.predicted_start),
+                ("expected", &job.expected_start),
+            ] {
+                if let Some(at) = at {
+                    if !why.is_empty() {
+                        why.push_str("; ");
+                    }
+                    let _ = write!(why, "{label} {at}");
+                }
+            }
+            why
+        };
+        let gpus = if job.gpus.is_empty() {
+            job.gpus_requested.to_string()
+        } else {
+            job.gpus
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let _ = write!(
+            body,
+            "<tr class=\"job\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            job.id,
+            escape(&job.name),
+            escape(&job.owner),
+            gpus,
+            escape(&detail)
+        );
+    }
+    body.push_str("</table>");
+}
