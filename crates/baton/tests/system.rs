@@ -915,3 +915,68 @@ fn another_users_mid_run_alerts_are_not_shown() {
     b.touch("go.m");
     b.wait_ok(&[a]);
 }
+
+/// The dashboard on a shared daemon: each user logs in as themselves (the link comes over the
+/// socket, whose credentials say who asks); one user's session cannot read another's job
+/// output (403), nor act on their job.
+#[test]
+fn a_dashboard_session_reads_only_its_users_job_output() {
+    let Some(Shared { b, alice, bob }) =
+        shared_daemon("w", "[daemon]\nweb_addr = \"127.0.0.1:0\"\n")
+    else {
+        return;
+    };
+    let session = |user: &TestUser| {
+        let login = as_user(&b, user, &["dashboard", "--no-open", "--json"])
+            .expect(0)
+            .json();
+        let (base, url) = (
+            login["base"].as_str().unwrap().to_string(),
+            login["url"].as_str().unwrap().to_string(),
+        );
+        let (status, headers, _) = common::http(&base, url.trim_start_matches(&base), None);
+        assert_eq!(status, 303, "{headers:?}");
+        let cookie = common::header(&headers, "set-cookie").unwrap();
+        (base, cookie.split(';').next().unwrap().to_string())
+    };
+    let (base, alices) = session(&alice);
+    let (_, bobs) = session(&bob);
+    let a = submit_as(&b, &alice, "echo 'alice-secret-output'; sleep 60");
+    b.wait_running(a);
+    wait_path(&b.home.join(format!("jobs/{a}/stdout")));
+    let page = format!("/jobs/{a}");
+    let until = std::time::Instant::now() + common::DEADLINE;
+    loop {
+        let (status, _, body) = common::http(&base, &page, Some(&alices));
+        assert_eq!(status, 200, "{body}");
+        if body.contains("alice-secret-output") {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "{body}");
+        std::thread::sleep(common::POLL);
+    }
+    let (status, _, body) = common::http(&base, &page, Some(&bobs));
+    assert_eq!(status, 403, "{body}");
+    assert!(!body.contains("alice-secret-output"), "{body}");
+    // Bob sees the job in the queue, as `baton status` shows it, not its output.
+    let (status, _, overview) = common::http(&base, "/", Some(&bobs));
+    assert_eq!(status, 200);
+    assert!(overview.contains(&alice.name), "{overview}");
+    // Nor can he cancel it, token or not.
+    let (_, _, confirm) = common::http(&base, &format!("/jobs/{a}/confirm/cancel"), Some(&bobs));
+    let csrf = confirm
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_string();
+    let (status, _, _) = common::http_post(
+        &base,
+        &format!("/jobs/{a}/cancel"),
+        Some(&bobs),
+        &format!("csrf={csrf}"),
+    );
+    assert_eq!(status, 403);
+    assert_eq!(b.state(a), "running");
+    as_user(&b, &alice, &["cancel", &a.to_string()]).expect(0);
+}

@@ -5,43 +5,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-
-use common::Baton;
-
-/// One HTTP/1.1 request, its whole answer: status, headers (lower-cased names) and body.
-fn http(base: &str, path: &str, cookie: Option<&str>) -> (u16, Vec<(String, String)>, String) {
-    let host = base.trim_start_matches("http://");
-    let mut stream = TcpStream::connect(host).unwrap();
-    let cookie = cookie.map_or(String::new(), |c| format!("Cookie: {c}\r\n"));
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\n{cookie}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let headers = lines
-        .filter_map(|l| l.split_once(": "))
-        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
-        .collect();
-    (status, headers, body.to_string())
-}
-
-fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
-}
+use common::{Baton, header, http};
 
 /// A daemon serving the dashboard, and its address.
 fn start(gpus: u32) -> (Baton, String) {
@@ -56,14 +20,20 @@ fn start(gpus: u32) -> (Baton, String) {
         "--web-addr",
         "127.0.0.1:0",
     ]);
-    let login = b.run(&["dashboard", "--no-open", "--json"]).expect(0).json();
+    let login = b
+        .run(&["dashboard", "--no-open", "--json"])
+        .expect(0)
+        .json();
     let base = login["base"].as_str().unwrap().to_string();
     (b, base)
 }
 
 /// Logs in with a fresh link; returns the session cookie (`name=value`).
 fn log_in(b: &Baton, base: &str) -> String {
-    let login = b.run(&["dashboard", "--no-open", "--json"]).expect(0).json();
+    let login = b
+        .run(&["dashboard", "--no-open", "--json"])
+        .expect(0)
+        .json();
     let url = login["url"].as_str().unwrap();
     let path = url.trim_start_matches(base);
     let (status, headers, _) = http(base, path, None);
@@ -109,11 +79,15 @@ fn the_overview_shows_each_gpu_and_the_queue_with_what_owners_wrote_as_text() {
     let (status, headers, body) = http(&base, "/", Some(&cookie));
     assert_eq!(status, 200, "{body}");
     assert!(
-        header(&headers, "content-security-policy").is_some_and(|c| c.contains("default-src 'self'")),
+        header(&headers, "content-security-policy")
+            .is_some_and(|c| c.contains("default-src 'self'")),
         "{headers:?}"
     );
     assert_eq!(body.matches("<tr class=\"gpu\">").count(), 2, "{body}");
-    assert!(!body.contains(hostile), "markup from a job's name is never markup: {body}");
+    assert!(
+        !body.contains(hostile),
+        "markup from a job's name is never markup: {body}"
+    );
     assert!(
         body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
         "{body}"
@@ -121,7 +95,12 @@ fn the_overview_shows_each_gpu_and_the_queue_with_what_owners_wrote_as_text() {
     assert!(body.contains("next-&lt;b&gt;"), "{body}");
     let reason = b.job(queued)["reason"].as_str().unwrap().to_string();
     assert!(
-        body.contains(&reason.replace('<', "&lt;").replace('>', "&gt;").replace('\'', "&#39;")),
+        body.contains(
+            &reason
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+                .replace('\'', "&#39;")
+        ),
         "the queued job's reason ({reason}): {body}"
     );
     b.run(&["cancel", &running.to_string()]).expect(0);
@@ -136,4 +115,74 @@ fn a_daemon_without_a_dashboard_says_how_to_serve_one() {
         out.stderr.contains("serves no dashboard") && out.stderr.contains("--web-addr"),
         "{out:?}"
     );
+}
+
+/// A job's page: its report once it ended (the cause, its output quoted as text), the end of
+/// its output, its events.
+#[test]
+fn a_jobs_page_shows_its_report_and_output_as_text() {
+    let (b, base) = start(1);
+    let id = b.submit_sh(
+        &["--name", "crash"],
+        "echo 'step 3 loss=0.5'; echo '<img src=x onerror=alert(1)>'; \
+         echo 'RuntimeError: CUDA out of memory' >&2; exit 3",
+    );
+    b.wait(&[id], "30s");
+    let cookie = log_in(&b, &base);
+    let (status, _, body) = http(&base, &format!("/jobs/{id}"), Some(&cookie));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("<h2>Report</h2>"), "{body}");
+    assert!(body.contains("CUDA out of memory"), "{body}");
+    assert!(!body.contains("<img src=x"), "{body}");
+    assert!(
+        body.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        "{body}"
+    );
+    assert!(body.contains("id=\"events\""), "{body}");
+    assert!(
+        body.contains(
+            "/jobs/{id}/confirm/requeue"
+                .replace("{id}", &id.to_string())
+                .as_str()
+        )
+    );
+    let (status, _, _) = http(&base, "/jobs/999", Some(&cookie));
+    assert_eq!(status, 404);
+    let (status, _, _) = http(&base, &format!("/jobs/{id}"), None);
+    assert_eq!(status, 401);
+}
+
+/// Cancel from the page: a confirmation first, then a form post carrying the session's CSRF
+/// token; a post without it (what another site could send) is refused and changes nothing.
+#[test]
+fn a_cancel_from_the_page_needs_its_confirmation_and_csrf_token() {
+    let (b, base) = start(1);
+    let id = b.submit(&["--gpus", "1", "--", "sleep", "60"]);
+    b.wait_running(id);
+    let cookie = log_in(&b, &base);
+    let (status, _, page) = http(&base, &format!("/jobs/{id}/confirm/cancel"), Some(&cookie));
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(&format!("Cancel job {id}?")), "{page}");
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a CSRF token in the form")
+        .to_string();
+    let path = format!("/jobs/{id}/cancel");
+    let (status, _, _) = common::http_post(&base, &path, Some(&cookie), "csrf=forged");
+    assert_eq!(status, 403, "a forged token");
+    let (status, _, _) = common::http_post(&base, &path, Some(&cookie), "");
+    assert_eq!(status, 403, "no token");
+    let (status, _, _) = common::http_post(&base, &path, None, &format!("csrf={csrf}"));
+    assert_eq!(status, 401, "no session");
+    assert_eq!(b.state(id), "running", "nothing changed");
+    let (status, headers, _) =
+        common::http_post(&base, &path, Some(&cookie), &format!("csrf={csrf}"));
+    assert_eq!(status, 303, "{headers:?}");
+    assert_eq!(
+        header(&headers, "location"),
+        Some(format!("/jobs/{id}").as_str())
+    );
+    b.poll_job(id, "cancelled", |j| j["state"] == "cancelled");
 }

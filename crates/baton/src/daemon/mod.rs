@@ -7,7 +7,7 @@ mod auth;
 mod deps;
 mod durable;
 mod error;
-mod handlers;
+pub(crate) mod handlers;
 mod hook;
 mod host;
 pub(crate) mod midrun;

@@ -7,6 +7,7 @@
 //! value escaped (`html`); nothing is fetched from anywhere else.
 
 mod html;
+mod job;
 mod overview;
 
 use std::collections::HashMap;
@@ -15,13 +16,13 @@ use std::io::Read;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::extract::{Query, State};
+use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use baton_core::Millis;
 
-use crate::daemon::{Daemon, Peer, now_ms};
+use crate::daemon::{ApiError, Daemon, Peer, now_ms};
 
 /// How long a login token may wait to be used.
 const TOKEN_LIFETIME_MS: Millis = 2 * 60_000;
@@ -34,7 +35,16 @@ const COOKIE: &str = "baton_session";
 #[derive(Default)]
 pub struct Sessions {
     tokens: Mutex<HashMap<String, (Peer, Millis)>>,
-    sessions: Mutex<HashMap<String, (Peer, Millis)>>,
+    sessions: Mutex<HashMap<String, Session>>,
+}
+
+/// A logged-in browser: whose it is, until when, and the token its forms must carry (a form
+/// posted from another site cannot know it).
+#[derive(Clone)]
+struct Session {
+    peer: Peer,
+    expires: Millis,
+    csrf: String,
 }
 
 impl Sessions {
@@ -61,18 +71,30 @@ impl Sessions {
             return None;
         }
         let session = random_hex()?;
+        let csrf = random_hex()?;
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        sessions.retain(|_, (_, expires)| *expires > now);
-        sessions.insert(session.clone(), (peer, now + SESSION_LIFETIME_MS));
+        sessions.retain(|_, s| s.expires > now);
+        sessions.insert(
+            session.clone(),
+            Session {
+                peer,
+                expires: now + SESSION_LIFETIME_MS,
+                csrf,
+            },
+        );
         Some(session)
+    }
+
+    /// The live session the request's cookie names, if any.
+    fn session(&self, headers: &HeaderMap) -> Option<Session> {
+        let id = cookie(headers, COOKIE)?;
+        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.get(id).filter(|s| s.expires > now_ms()).cloned()
     }
 
     /// Whose session the request's cookie names, if it names a live one.
     fn peer(&self, headers: &HeaderMap) -> Option<Peer> {
-        let session = cookie(headers, COOKIE)?;
-        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        let (peer, expires) = sessions.get(session)?;
-        (*expires > now_ms()).then_some(*peer)
+        self.session(headers).map(|s| s.peer)
     }
 }
 
@@ -103,6 +125,9 @@ fn router(daemon: Arc<Daemon>) -> Router {
     Router::new()
         .route("/", get(overview))
         .route("/login", get(login))
+        .route("/jobs/{id}", get(job_page))
+        .route("/jobs/{id}/confirm/{action}", get(confirm))
+        .route("/jobs/{id}/{action}", post(act))
         .with_state(daemon)
 }
 
@@ -146,6 +171,84 @@ async fn overview(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Resp
     };
     let page = overview::render(&daemon, &peer).await;
     page_response(page)
+}
+
+/// `GET /jobs/ID`: the job's page, if the session's peer may read it.
+async fn job_page(
+    State(daemon): State<Arc<Daemon>>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+) -> Response {
+    let Some(peer) = daemon.web.peer(&headers) else {
+        return unauthorized("This page needs a session.");
+    };
+    match job::render(&daemon, peer, id).await {
+        Ok(page) => page_response(page),
+        Err(e) => refused(&e),
+    }
+}
+
+/// `GET /jobs/ID/confirm/ACTION`: asks before anything is done.
+async fn confirm(
+    State(daemon): State<Arc<Daemon>>,
+    headers: HeaderMap,
+    Path((id, action)): Path<(u64, String)>,
+) -> Response {
+    let Some(session) = daemon.web.session(&headers) else {
+        return unauthorized("This page needs a session.");
+    };
+    let Some(action) = job::JobAction::parse(&action) else {
+        return refused(&ApiError::NotFound(format!("no action {action:?}")));
+    };
+    page_response(job::confirmation(id, action, &session.csrf))
+}
+
+#[derive(serde::Deserialize)]
+struct ActForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// `POST /jobs/ID/ACTION`: a confirmed action, from a form of this dashboard (its CSRF token),
+/// checked by the API's own handler; back to the job's page.
+async fn act(
+    State(daemon): State<Arc<Daemon>>,
+    headers: HeaderMap,
+    Path((id, action)): Path<(u64, String)>,
+    Form(form): Form<ActForm>,
+) -> Response {
+    let Some(session) = daemon.web.session(&headers) else {
+        return unauthorized("This needs a session.");
+    };
+    if form.csrf.is_empty() || form.csrf != session.csrf {
+        return refused(&ApiError::Forbidden(
+            "this form did not come from your dashboard session".into(),
+        ));
+    }
+    let Some(action) = job::JobAction::parse(&action) else {
+        return refused(&ApiError::NotFound(format!("no action {action:?}")));
+    };
+    match job::act(&daemon, session.peer, id, action).await {
+        Ok(()) => (
+            StatusCode::SEE_OTHER,
+            [(header::LOCATION, format!("/jobs/{id}"))],
+        )
+            .into_response(),
+        Err(e) => refused(&e),
+    }
+}
+
+/// What the API refused, as a page with its status.
+fn refused(error: &ApiError) -> Response {
+    let mut response = page_response(html::page(
+        "baton: refused",
+        &format!(
+            "<p>{}</p><p><a href=\"/\">overview</a></p>",
+            html::escape(&error.to_string())
+        ),
+    ));
+    *response.status_mut() = error.status();
+    response
 }
 
 /// A page, never cached, never framed by another site.

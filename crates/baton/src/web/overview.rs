@@ -133,7 +133,8 @@ fn jobs_table(body: &mut String, title: &str, id: &str, views: &[JobView], state
         };
         let _ = write!(
             body,
-            "<tr class=\"job\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr class=\"job\"><td><a href=\"/jobs/{0}\">{0}</a></td><td>{1}</td><td>{2}</td>\
+             <td>{3}</td><td>{4}</td></tr>",
             job.id,
             escape(&job.name),
             escape(&job.owner),

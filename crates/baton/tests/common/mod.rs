@@ -584,3 +584,68 @@ pub fn spawn_retrying(cmd: &mut Command) -> Child {
         }
     }
 }
+
+/// One HTTP/1.1 request to `base` (`http://HOST:PORT`), its whole answer: status, headers
+/// (lower-cased names) and body. `body` makes it a form POST.
+pub fn http_request(
+    base: &str,
+    method: &str,
+    path: &str,
+    cookie: Option<&str>,
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    use std::io::{Read, Write};
+    let host = base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    let cookie = cookie.map_or(String::new(), |c| format!("Cookie: {c}\r\n"));
+    let form = if method == "POST" {
+        format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            body.len()
+        )
+    } else {
+        String::new()
+    };
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{cookie}{form}Connection: close\r\n\r\n{body}"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+        .collect();
+    (status, headers, body.to_string())
+}
+
+/// `GET path`, as [`http_request`].
+pub fn http(base: &str, path: &str, cookie: Option<&str>) -> (u16, Vec<(String, String)>, String) {
+    http_request(base, "GET", path, cookie, "")
+}
+
+/// A form `POST path`, as [`http_request`].
+pub fn http_post(
+    base: &str,
+    path: &str,
+    cookie: Option<&str>,
+    form: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    http_request(base, "POST", path, cookie, form)
+}
+
+/// The first header called `name` (lower case).
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}

@@ -2,20 +2,20 @@
 //! `crate::api` and goes through the same `Daemon` methods.
 
 mod audit;
-mod cancel;
-mod events;
+pub(crate) mod cancel;
+pub(crate) mod events;
 mod gc;
 mod gpus;
 mod history;
-mod hold;
+pub(crate) mod hold;
 mod hook;
 mod info;
 mod list;
 mod logs;
 mod metrics;
 mod names;
-mod report;
-mod requeue;
+pub(crate) mod report;
+pub(crate) mod requeue;
 mod resubmit;
 mod shutdown;
 mod signal;
