@@ -186,3 +186,54 @@ fn a_cancel_from_the_page_needs_its_confirmation_and_csrf_token() {
     );
     b.poll_job(id, "cancelled", |j| j["state"] == "cancelled");
 }
+
+/// Live updates: the page carries the script that follows `/events`, and the daemon sends a
+/// `change` there when a job ends, with no reload and no polling.
+#[test]
+fn a_job_ending_is_pushed_to_the_page_as_an_event() {
+    use std::io::{BufRead, BufReader, Write};
+    let (b, base) = start(1);
+    let cookie = log_in(&b, &base);
+    let (_, _, overview) = http(&base, "/", Some(&cookie));
+    assert!(
+        overview.contains("<script src=\"/live.js\" defer></script>"),
+        "{overview}"
+    );
+    let (status, headers, script) = http(&base, "/live.js", None);
+    assert_eq!(status, 200);
+    assert!(header(&headers, "content-type").is_some_and(|t| t.contains("javascript")));
+    assert!(script.contains("new EventSource(\"/events\")"), "{script}");
+    let (status, _, _) = http(&base, "/events", None);
+    assert_eq!(status, 401, "no session, no stream");
+
+    let host = base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(15)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /events HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut status_line = String::new();
+    reader.read_line(&mut status_line).unwrap();
+    assert!(status_line.contains(" 200 "), "{status_line}");
+    let id = b.submit(&["--", "true"]);
+    b.wait_ok(&[id]);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = reader.read_line(&mut line).expect("an event within 15 s");
+        assert!(n > 0, "the stream ended");
+        if line.trim() == "event: change" {
+            break;
+        }
+    }
+    // A stopping daemon ends the stream rather than wait on it.
+    let mut b = b;
+    b.stop_daemon();
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut reader, &mut rest);
+}

@@ -704,6 +704,12 @@ impl Daemon {
     }
 
     /// Copies of the running jobs.
+    /// Told of every job state change (a count that goes up), and of the daemon's stop: what
+    /// the dashboard's live updates follow.
+    pub(crate) fn subscribe_changes(&self) -> (watch::Receiver<u64>, watch::Receiver<bool>) {
+        (self.changed.subscribe(), self.shutting_down.subscribe())
+    }
+
     /// Every job not yet ended (queued, held, running), as the job table has them.
     pub(crate) fn active_jobs(&self) -> Vec<JobRecord> {
         self.lock().jobs.active().cloned().collect()

@@ -20,10 +20,19 @@ pub fn escape(text: &str) -> String {
 /// A whole page: `title` (escaped here) and `body` (HTML already escaped by its maker), with
 /// the few styles every page shares, readable on a phone.
 pub fn page(title: &str, body: &str) -> String {
+    frame(title, "", body)
+}
+
+/// [`page`], kept up to date: its script refreshes it when a job changes state.
+pub fn live_page(title: &str, body: &str) -> String {
+    frame(title, "<script src=\"/live.js\" defer></script>", body)
+}
+
+fn frame(title: &str, head: &str, body: &str) -> String {
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{}</title><style>{STYLE}</style></head><body>{body}</body></html>\n",
+         <title>{}</title><style>{STYLE}</style>{head}</head><body>{body}</body></html>\n",
         escape(title)
     )
 }

@@ -15,7 +15,7 @@ use axum::extract::{ConnectInfo, Path as UrlPath, State};
 use baton_core::JobId;
 use baton_core::report::sanitize_line;
 
-use super::html::{escape, page};
+use super::html::{escape, live_page, page};
 use crate::api::{CancelRequest, HoldRequest, RequeueRequest};
 use crate::daemon::handlers;
 use crate::daemon::{ApiError, Daemon, Peer};
@@ -176,7 +176,7 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, id: u64) -> Result<String,
         );
     }
     body.push_str("</table>");
-    Ok(page(&format!("baton: job {id}"), &body))
+    Ok(live_page(&format!("baton: job {id}"), &body))
 }
 
 fn gpus(view: &crate::api::JobView) -> String {

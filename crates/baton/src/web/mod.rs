@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use baton_core::Millis;
@@ -128,6 +129,8 @@ fn router(daemon: Arc<Daemon>) -> Router {
         .route("/jobs/{id}", get(job_page))
         .route("/jobs/{id}/confirm/{action}", get(confirm))
         .route("/jobs/{id}/{action}", post(act))
+        .route("/events", get(events))
+        .route("/live.js", get(live_js))
         .with_state(daemon)
 }
 
@@ -236,6 +239,51 @@ async fn act(
             .into_response(),
         Err(e) => refused(&e),
     }
+}
+
+/// `GET /events`: a server-sent event (`change`) each time a job changes state, for the pages
+/// to refresh themselves; it ends when the daemon stops.
+async fn events(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Response {
+    if daemon.web.peer(&headers).is_none() {
+        return unauthorized("The live updates need a session.");
+    }
+    let (changed, stopping) = daemon.subscribe_changes();
+    let stream = futures_util::stream::unfold(
+        (changed, stopping),
+        |(mut changed, mut stopping)| async move {
+            if *stopping.borrow() {
+                return None;
+            }
+            tokio::select! {
+                seen = changed.changed() => seen.ok()?,
+                _ = stopping.changed() => return None,
+            }
+            let count = *changed.borrow_and_update();
+            let event = Event::default().event("change").data(count.to_string());
+            Some((
+                Ok::<_, std::convert::Infallible>(event),
+                (changed, stopping),
+            ))
+        },
+    );
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// The pages' one script: on each `change`, the page fetches itself again and swaps its body
+/// in (no reload, no timer that polls).
+const LIVE_JS: &str = include_str!("live.js");
+
+async fn live_js() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        LIVE_JS,
+    )
+        .into_response()
 }
 
 /// What the API refused, as a page with its status.

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use baton_core::JobState;
 use baton_core::units::format_size;
 
-use super::html::{escape, page};
+use super::html::{escape, live_page};
 use crate::api::JobView;
 use crate::daemon::{Daemon, Peer};
 
@@ -72,7 +72,7 @@ pub async fn render(daemon: &Daemon, peer: &Peer) -> String {
     body.push_str("</table>");
     jobs_table(&mut body, "Running", "running", &views, JobState::Running);
     jobs_table(&mut body, "Queue", "queue", &views, JobState::Queued);
-    page("baton", &body)
+    live_page("baton", &body)
 }
 
 /// `part` of `whole` as a percentage, 0 to 100.
