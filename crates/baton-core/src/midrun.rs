@@ -760,14 +760,15 @@ impl Watch {
         }
     }
 
-    /// When the job's GPU memory is next looked at for a climb, if it is: every
-    /// [`MEMORY_LOOK_MS`] once it has run `slow_after`.
+    /// When the job's GPU memory is next looked at for a climb, if it is: once it has run
+    /// `slow_after`, then every [`MEMORY_LOOK_MS`] (or a quarter of `slow_after`, if shorter).
     fn memory_look_at(&self, policy: &Policy) -> Option<Millis> {
         let (started_at, _, _) = self.memory_before?;
         if policy.slow.is_none() || self.has_raised(Detector::Slow) {
             return None;
         }
-        Some((self.memory_looked + MEMORY_LOOK_MS).max(started_at + policy.slow_after_ms))
+        let every = MEMORY_LOOK_MS.min(policy.slow_after_ms / 4).max(1);
+        Some((self.memory_looked + every).max(started_at + policy.slow_after_ms))
     }
 
     /// A memory `slow`, when one is due: `series` (asked only then) is the job's GPU memory

@@ -725,6 +725,17 @@ fn a_run_whose_gpu_memory_climbs_past_its_commands_history_is_slow() {
     b.wait_ok(&earlier);
     b.touch("leak");
     let id = b.submit_sh(&["--gpus", "1", "--notify", &channel], script);
+    // Not before `slow_after` (10 s), then looked at every 2.5 s: a loaded machine's late
+    // samples only delay it.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while b.job(id)["alerts"].as_array().is_none_or(Vec::is_empty) {
+        assert!(
+            std::time::Instant::now() < until,
+            "no alert: {}",
+            b.daemon_log()
+        );
+        std::thread::sleep(common::POLL * 8);
+    }
     let alerts = delivered_alerts(&b, id, 1);
     assert_eq!(alerts[0]["detector"], "slow", "{alerts:#?}");
     wait_contains(&path, &alert_end(id));
