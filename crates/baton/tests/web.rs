@@ -237,3 +237,39 @@ fn a_job_ending_is_pushed_to_the_page_as_an_event() {
     let mut rest = String::new();
     let _ = std::io::Read::read_to_string(&mut reader, &mut rest);
 }
+
+/// The history page: every job, newest first, filtered as `baton history` filters, paged.
+#[test]
+fn the_history_page_lists_filters_and_pages_the_jobs() {
+    let (b, base) = start(1);
+    let ok = b.submit(&["--name", "prep", "--", "true"]);
+    let bad = b.submit_sh(&["--name", "train-<1>"], "exit 4");
+    let other = b.submit(&["--name", "eval", "--", "true"]);
+    b.wait(&[ok, bad, other], "30s");
+    let cookie = log_in(&b, &base);
+    let (status, _, body) = http(&base, "/history", Some(&cookie));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body.matches("<tr class=\"row\">").count(), 3, "{body}");
+    assert!(body.contains("train-&lt;1&gt;"), "{body}");
+    assert!(
+        body.find(&format!("/jobs/{other}\"")) < body.find(&format!("/jobs/{ok}\"")),
+        "newest first: {body}"
+    );
+    let (_, _, failed) = http(&base, "/history?state=failed&name=&owner=&since=", Some(&cookie));
+    assert_eq!(failed.matches("<tr class=\"row\">").count(), 1, "{failed}");
+    assert!(failed.contains(&format!("/jobs/{bad}\"")), "{failed}");
+    let (_, _, first) = http(&base, "/history?limit=2", Some(&cookie));
+    assert_eq!(first.matches("<tr class=\"row\">").count(), 2, "{first}");
+    let next = first
+        .split("id=\"next\" href=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a link to older jobs")
+        .replace("&amp;", "&");
+    let (_, _, rest) = http(&base, &next, Some(&cookie));
+    assert!(rest.contains(&format!("/jobs/{ok}\"")), "{rest}");
+    let (status, _, _) = http(&base, "/history", None);
+    assert_eq!(status, 401);
+    let (status, _, body) = http(&base, "/history?since=whenever", Some(&cookie));
+    assert_eq!(status, 400, "a bad filter is refused with what is wrong: {body}");
+}

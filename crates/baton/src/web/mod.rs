@@ -6,6 +6,7 @@
 //! (`Peer::may_act_on`). Without a session: 401. Pages are server-rendered HTML with every
 //! value escaped (`html`); nothing is fetched from anywhere else.
 
+mod history;
 mod html;
 mod job;
 mod overview;
@@ -129,6 +130,7 @@ fn router(daemon: Arc<Daemon>) -> Router {
         .route("/jobs/{id}", get(job_page))
         .route("/jobs/{id}/confirm/{action}", get(confirm))
         .route("/jobs/{id}/{action}", post(act))
+        .route("/history", get(history_page))
         .route("/events", get(events))
         .route("/live.js", get(live_js))
         .with_state(daemon)
@@ -186,6 +188,31 @@ async fn job_page(
         return unauthorized("This page needs a session.");
     };
     match job::render(&daemon, peer, id).await {
+        Ok(page) => page_response(page),
+        Err(e) => refused(&e),
+    }
+}
+
+/// `GET /history?state=&name=&owner=&since=&before=`: the job history, filtered and paged.
+async fn history_page(
+    State(daemon): State<Arc<Daemon>>,
+    headers: HeaderMap,
+    Query(query): Query<crate::api::ListQuery>,
+) -> Response {
+    let Some(peer) = daemon.web.peer(&headers) else {
+        return unauthorized("This page needs a session.");
+    };
+    // Empty fields of the filter form are no filter.
+    let blank = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
+    let query = crate::api::ListQuery {
+        state: blank(query.state),
+        name: blank(query.name),
+        owner: blank(query.owner),
+        since: blank(query.since),
+        until: blank(query.until),
+        ..query
+    };
+    match history::render(&daemon, peer, query).await {
         Ok(page) => page_response(page),
         Err(e) => refused(&e),
     }

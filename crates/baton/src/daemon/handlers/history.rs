@@ -10,7 +10,7 @@ use axum::extract::{ConnectInfo, Query, State};
 use axum::response::Response;
 
 use crate::api::{HistoryView, ListQuery};
-use crate::daemon::handlers::list::{json_body, paged};
+use crate::daemon::handlers::list::{Listing, json_body, paged};
 use crate::daemon::views::rfc3339;
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
 use crate::store::JobRecord;
@@ -23,28 +23,41 @@ pub async fn handle(
     let me = daemon.clone();
     daemon
         .blocking(move || {
-            let listing = me.listing(&peer, &query, true)?;
-            let mine: Vec<(baton_core::JobId, u32)> = listing
-                .jobs
-                .iter()
-                .filter(|j| peer.may_act_on(j) && !j.gpus().is_empty())
-                .map(|j| (j.id, j.attempt()))
-                .collect();
-            let means = me.readers.with(|s| s.gpu_means(&mine))?;
-            let now = now_ms();
-            let rows: Vec<HistoryView> = listing
-                .jobs
-                .iter()
-                .map(|j| {
-                    let mut row = row_of(j, now);
-                    row.gpu_util_pct = means.get(&j.id).map(|m| (m * 10.0).round() / 10.0);
-                    row.private = !peer.may_act_on(j);
-                    row
-                })
-                .collect();
+            let (rows, listing) = me.history_rows(&peer, &query)?;
             Ok(paged(json_body(&rows), &listing))
         })
         .await
+}
+
+impl Daemon {
+    /// The history rows `query` selects for `peer`, and the listing they come from (its
+    /// paging). Reads the store: call it off the async workers (`Daemon::blocking`).
+    pub(crate) fn history_rows(
+        &self,
+        peer: &Peer,
+        query: &ListQuery,
+    ) -> Result<(Vec<HistoryView>, Listing), ApiError> {
+        let listing = self.listing(peer, query, true)?;
+        let mine: Vec<(baton_core::JobId, u32)> = listing
+            .jobs
+            .iter()
+            .filter(|j| peer.may_act_on(j) && !j.gpus().is_empty())
+            .map(|j| (j.id, j.attempt()))
+            .collect();
+        let means = self.readers.with(|s| s.gpu_means(&mine))?;
+        let now = now_ms();
+        let rows = listing
+            .jobs
+            .iter()
+            .map(|j| {
+                let mut row = row_of(j, now);
+                row.gpu_util_pct = means.get(&j.id).map(|m| (m * 10.0).round() / 10.0);
+                row.private = !peer.may_act_on(j);
+                row
+            })
+            .collect();
+        Ok((rows, listing))
+    }
 }
 
 /// A job's history row, its GPU use left to the caller.
