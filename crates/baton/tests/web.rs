@@ -255,7 +255,11 @@ fn the_history_page_lists_filters_and_pages_the_jobs() {
         body.find(&format!("/jobs/{other}\"")) < body.find(&format!("/jobs/{ok}\"")),
         "newest first: {body}"
     );
-    let (_, _, failed) = http(&base, "/history?state=failed&name=&owner=&since=", Some(&cookie));
+    let (_, _, failed) = http(
+        &base,
+        "/history?state=failed&name=&owner=&since=",
+        Some(&cookie),
+    );
     assert_eq!(failed.matches("<tr class=\"row\">").count(), 1, "{failed}");
     assert!(failed.contains(&format!("/jobs/{bad}\"")), "{failed}");
     let (_, _, first) = http(&base, "/history?limit=2", Some(&cookie));
@@ -271,5 +275,8 @@ fn the_history_page_lists_filters_and_pages_the_jobs() {
     let (status, _, _) = http(&base, "/history", None);
     assert_eq!(status, 401);
     let (status, _, body) = http(&base, "/history?since=whenever", Some(&cookie));
-    assert_eq!(status, 400, "a bad filter is refused with what is wrong: {body}");
+    assert_eq!(
+        status, 400,
+        "a bad filter is refused with what is wrong: {body}"
+    );
 }
