@@ -280,3 +280,60 @@ fn the_history_page_lists_filters_and_pages_the_jobs() {
         "a bad filter is refused with what is wrong: {body}"
     );
 }
+
+/// The waste and usage page: the KPIs of `baton stats` and the audit log of `baton audit`,
+/// here with an idle job the (dry-run) rules warned about.
+#[test]
+fn the_waste_page_shows_usage_and_the_rules_decisions() {
+    let mut b = Baton::unstarted();
+    std::fs::create_dir_all(&b.home).unwrap();
+    std::fs::write(
+        b.home.join("config.toml"),
+        "[waste]\nsample_interval = \"1s\"\n\n[waste.idle_job]\nwarn_after = \"2s\"\n\
+         act_after = \"1h\"\n",
+    )
+    .unwrap();
+    b.serve_with(&[
+        "serve",
+        "--sim-gpus",
+        "1",
+        "--grace",
+        "1s",
+        "--web-addr",
+        "127.0.0.1:0",
+    ]);
+    let base = b
+        .run(&["dashboard", "--no-open", "--json"])
+        .expect(0)
+        .json()["base"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let idle = b.submit(&["--gpus", "1", "--name", "idle", "--", "sleep", "60"]);
+    b.wait_running(idle);
+    let cookie = log_in(&b, &base);
+    let until = std::time::Instant::now() + common::DEADLINE;
+    let body = loop {
+        let (status, _, body) = http(&base, "/waste?since=1h", Some(&cookie));
+        assert_eq!(status, 200, "{body}");
+        if body.contains("<tr class=\"entry\">") {
+            break body;
+        }
+        assert!(std::time::Instant::now() < until, "no audit entry: {body}");
+        std::thread::sleep(common::POLL * 8);
+    };
+    assert!(
+        body.contains("idle_job") && body.contains("(dry run)"),
+        "{body}"
+    );
+    assert!(body.contains(&format!("/jobs/{idle}\"")), "{body}");
+    assert!(
+        body.contains("GPU-hours allocated") && body.contains("id=\"owners\""),
+        "{body}"
+    );
+    let (status, _, body) = http(&base, "/waste?since=soon", Some(&cookie));
+    assert_eq!(status, 400, "{body}");
+    let (status, _, _) = http(&base, "/waste", None);
+    assert_eq!(status, 401);
+    b.run(&["cancel", &idle.to_string()]).expect(0);
+}

@@ -10,6 +10,7 @@ mod history;
 mod html;
 mod job;
 mod overview;
+mod waste;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -131,6 +132,7 @@ fn router(daemon: Arc<Daemon>) -> Router {
         .route("/jobs/{id}/confirm/{action}", get(confirm))
         .route("/jobs/{id}/{action}", post(act))
         .route("/history", get(history_page))
+        .route("/waste", get(waste_page))
         .route("/events", get(events))
         .route("/live.js", get(live_js))
         .with_state(daemon)
@@ -213,6 +215,27 @@ async fn history_page(
         ..query
     };
     match history::render(&daemon, peer, query).await {
+        Ok(page) => page_response(page),
+        Err(e) => refused(&e),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct WasteQuery {
+    #[serde(default)]
+    since: String,
+}
+
+/// `GET /waste?since=7d`: usage KPIs and the waste rules' audit log.
+async fn waste_page(
+    State(daemon): State<Arc<Daemon>>,
+    headers: HeaderMap,
+    Query(query): Query<WasteQuery>,
+) -> Response {
+    let Some(peer) = daemon.web.peer(&headers) else {
+        return unauthorized("This page needs a session.");
+    };
+    match waste::render(&daemon, peer, &query.since).await {
         Ok(page) => page_response(page),
         Err(e) => refused(&e),
     }

@@ -19,7 +19,8 @@ pub async fn render(daemon: &Daemon, peer: &Peer) -> String {
     let mut body = String::new();
     let _ = write!(
         body,
-        "<h1>baton</h1><p><a href=\"/history\">history</a></p>\
+        "<h1>baton</h1><p><a href=\"/history\">history</a> · <a href=\"/waste\">waste and \
+         usage</a></p>\
          <p>{} GPUs ({}); {} running, {} queued.</p>",
         gpus.gpus.len(),
         escape(&gpus.backend),

@@ -1,7 +1,7 @@
 //! The HTTP routes of the API, one file per route. Every handler speaks the protocol types of
 //! `crate::api` and goes through the same `Daemon` methods.
 
-mod audit;
+pub(crate) mod audit;
 pub(crate) mod cancel;
 pub(crate) mod events;
 mod gc;
@@ -20,7 +20,7 @@ mod resubmit;
 mod shutdown;
 mod signal;
 mod slurm;
-mod stats;
+pub(crate) mod stats;
 mod submit;
 mod sweep;
 mod update;
