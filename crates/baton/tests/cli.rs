@@ -163,15 +163,41 @@ fn waits_spinner_shows_the_state_and_the_time_waited() {
     script
         .current_dir(&b.work)
         .stdin(std::process::Stdio::null());
-    let child = script
+    let mut child = script
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("run script");
-    b.wait_reason(id);
+    // What it draws is read as it comes: the gate opens only once the spinner has shown the
+    // job queued (on a loaded machine `wait`'s first answer can come late).
+    let mut stdout = child.stdout.take().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut stdout, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let queued = format!("for job {id} (queued)");
+    let until = std::time::Instant::now() + common::DEADLINE;
+    while !String::from_utf8_lossy(&seen.lock().unwrap()).contains(&queued) {
+        assert!(
+            std::time::Instant::now() < until,
+            "{}",
+            String::from_utf8_lossy(&seen.lock().unwrap())
+        );
+        std::thread::sleep(common::POLL);
+    }
     b.touch("go");
-    let out = child.wait_with_output().unwrap();
-    let drawn = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{drawn}");
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let drawn = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+    assert!(status.success(), "{drawn}");
     assert!(drawn.contains(&format!("for job {id} (queued)")), "{drawn}");
     assert!(
         drawn.contains(&format!("for job {id} (running)")),
