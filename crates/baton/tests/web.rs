@@ -337,3 +337,58 @@ fn the_waste_page_shows_usage_and_the_rules_decisions() {
     assert_eq!(status, 401);
     b.run(&["cancel", &idle.to_string()]).expect(0);
 }
+
+/// The sweep page: its comparison table, sortable by any column, and the ranking metric drawn
+/// against each parameter.
+#[test]
+fn the_sweep_page_shows_the_comparison_sortable_and_charted() {
+    let (b, base) = start(2);
+    let out = b
+        .run(&[
+            "submit",
+            "--sweep",
+            "lr=1,3,2",
+            "--rank-by",
+            "val_acc",
+            "--",
+            "sh",
+            "-c",
+            "echo \"epoch=1 val_acc=0.{lr}\"",
+        ])
+        .expect(0);
+    let id: u64 = out.stdout.trim().parse().unwrap();
+    b.run(&["sweep", "wait", &id.to_string()]).expect(0);
+    let cookie = log_in(&b, &base);
+    let (status, _, body) = http(&base, &format!("/sweeps/{id}"), Some(&cookie));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("id=\"headline\""), "{body}");
+    assert_eq!(body.matches("<tr class=\"run\">").count(), 3, "{body}");
+    assert!(body.contains("<svg class=\"chart\""), "{body}");
+    let order = |page: &str| -> Vec<String> {
+        page.split("<tr class=\"run\">")
+            .skip(1)
+            .filter_map(|row| {
+                row.split("<td>")
+                    .nth(5)?
+                    .split("</td>")
+                    .next()
+                    .map(String::from)
+            })
+            .collect()
+    };
+    let (_, _, up) = http(&base, &format!("/sweeps/{id}?sort=val_acc"), Some(&cookie));
+    let (_, _, down) = http(&base, &format!("/sweeps/{id}?sort=-val_acc"), Some(&cookie));
+    assert_eq!(order(&up), ["0.1", "0.2", "0.3"], "{up}");
+    assert_eq!(order(&down), ["0.3", "0.2", "0.1"], "{down}");
+    let (status, _, _) = http(&base, "/sweeps/999", Some(&cookie));
+    assert_eq!(status, 404);
+    // Each run's page leads to its sweep.
+    let run = b
+        .run(&["sweep", "status", &id.to_string(), "--json"])
+        .expect(0)
+        .json()["jobs"][0]
+        .as_u64()
+        .unwrap();
+    let (_, _, page) = http(&base, &format!("/jobs/{run}"), Some(&cookie));
+    assert!(page.contains(&format!("href=\"/sweeps/{id}\"")), "{page}");
+}

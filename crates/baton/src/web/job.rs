@@ -114,6 +114,12 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, id: u64) -> Result<String,
         }
     }
     body.push_str("</table>");
+    if let Some(sweep) = view.sweep_id {
+        let _ = write!(
+            body,
+            "<p>A run of <a href=\"/sweeps/{sweep}\">sweep {sweep}</a>.</p>"
+        );
+    }
     actions(&mut body, id, view.state, view.held_by.is_some());
     if !view.alerts.is_empty() {
         body.push_str(

@@ -10,6 +10,7 @@ mod history;
 mod html;
 mod job;
 mod overview;
+mod sweep;
 mod waste;
 
 use std::collections::HashMap;
@@ -133,6 +134,7 @@ fn router(daemon: Arc<Daemon>) -> Router {
         .route("/jobs/{id}/{action}", post(act))
         .route("/history", get(history_page))
         .route("/waste", get(waste_page))
+        .route("/sweeps/{id}", get(sweep_page))
         .route("/events", get(events))
         .route("/live.js", get(live_js))
         .with_state(daemon)
@@ -215,6 +217,28 @@ async fn history_page(
         ..query
     };
     match history::render(&daemon, peer, query).await {
+        Ok(page) => page_response(page),
+        Err(e) => refused(&e),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct SortQuery {
+    #[serde(default)]
+    sort: String,
+}
+
+/// `GET /sweeps/ID?sort=COLUMN`: the sweep and its comparison.
+async fn sweep_page(
+    State(daemon): State<Arc<Daemon>>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+    Query(query): Query<SortQuery>,
+) -> Response {
+    let Some(peer) = daemon.web.peer(&headers) else {
+        return unauthorized("This page needs a session.");
+    };
+    match sweep::render(&daemon, peer, id, &query.sort).await {
         Ok(page) => page_response(page),
         Err(e) => refused(&e),
     }

@@ -22,7 +22,7 @@ mod signal;
 mod slurm;
 pub(crate) mod stats;
 mod submit;
-mod sweep;
+pub(crate) mod sweep;
 mod update;
 mod wait;
 mod web;
