@@ -9,7 +9,14 @@ use common::{Baton, header, http};
 
 /// A daemon serving the dashboard, and its address.
 fn start(gpus: u32) -> (Baton, String) {
+    start_with_config(gpus, "")
+}
+
+/// [`start`], with `config` as its config.toml.
+fn start_with_config(gpus: u32, config: &str) -> (Baton, String) {
     let mut b = Baton::unstarted();
+    std::fs::create_dir_all(&b.home).unwrap();
+    std::fs::write(b.home.join("config.toml"), config).unwrap();
     let gpus = gpus.to_string();
     b.serve_with(&[
         "serve",
@@ -285,30 +292,11 @@ fn the_history_page_lists_filters_and_pages_the_jobs() {
 /// here with an idle job the (dry-run) rules warned about.
 #[test]
 fn the_waste_page_shows_usage_and_the_rules_decisions() {
-    let mut b = Baton::unstarted();
-    std::fs::create_dir_all(&b.home).unwrap();
-    std::fs::write(
-        b.home.join("config.toml"),
+    let (b, base) = start_with_config(
+        1,
         "[waste]\nsample_interval = \"1s\"\n\n[waste.idle_job]\nwarn_after = \"2s\"\n\
          act_after = \"1h\"\n",
-    )
-    .unwrap();
-    b.serve_with(&[
-        "serve",
-        "--sim-gpus",
-        "1",
-        "--grace",
-        "1s",
-        "--web-addr",
-        "127.0.0.1:0",
-    ]);
-    let base = b
-        .run(&["dashboard", "--no-open", "--json"])
-        .expect(0)
-        .json()["base"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    );
     let idle = b.submit(&["--gpus", "1", "--name", "idle", "--", "sleep", "60"]);
     b.wait_running(idle);
     let cookie = log_in(&b, &base);

@@ -247,38 +247,27 @@ fn reason_column(job: &JobView) -> String {
             None => format!("Slurm job {sid}"),
         };
     }
-    if job.state == JobState::Queued
-        && !reason.contains("reserved to start")
-        && let Some(at) = parse_time(&job.predicted_start)
-    {
-        let wait = at
-            .duration_since(SystemTime::now())
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        if wait > 1000 {
-            if !reason.is_empty() {
-                reason.push_str("; ");
+    if job.state == JobState::Queued && !reason.contains("reserved to start") {
+        // The bound from time limits, then the estimate from the running jobs' progress (there
+        // only when sooner).
+        let starts = [
+            (&job.predicted_start, "starts within ", ""),
+            (
+                &job.expected_start,
+                "expected in about ",
+                " (running jobs' progress)",
+            ),
+        ];
+        for (at, before, after) in starts {
+            let wait = parse_time(at)
+                .and_then(|at| at.duration_since(SystemTime::now()).ok())
+                .map_or(0, |d| d.as_millis() as i64);
+            if wait > 1000 {
+                if !reason.is_empty() {
+                    reason.push_str("; ");
+                }
+                reason.push_str(&format!("{before}{}{after}", format_duration(wait)));
             }
-            reason.push_str(&format!("starts within {}", format_duration(wait)));
-        }
-    }
-    // The estimate from the running jobs' progress, when it is sooner than the bound.
-    if job.state == JobState::Queued
-        && !reason.contains("reserved to start")
-        && let Some(at) = parse_time(&job.expected_start)
-    {
-        let wait = at
-            .duration_since(SystemTime::now())
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        if wait > 1000 {
-            if !reason.is_empty() {
-                reason.push_str("; ");
-            }
-            reason.push_str(&format!(
-                "expected in about {} (running jobs' progress)",
-                format_duration(wait)
-            ));
         }
     }
     reason
