@@ -647,7 +647,7 @@ fn one_user_cannot_freeze_a_shared_daemon() {
 /// not given to their job as stdin, though the daemon that opens it is root.
 #[test]
 fn the_queues_verbs_touch_only_ones_own_jobs() {
-    let Some(Shared { b, alice, bob }) = shared_daemon("v", "") else {
+    let Some(Shared { b, alice, bob }) = shared_daemon("u", "") else {
         return;
     };
     let gate = submit_as(&b, &alice, &wait_for_file("go.v"));
@@ -922,7 +922,7 @@ fn another_users_mid_run_alerts_are_not_shown() {
 #[test]
 fn a_dashboard_session_reads_only_its_users_job_output() {
     let Some(Shared { b, alice, bob }) =
-        shared_daemon("w", "[daemon]\nweb_addr = \"127.0.0.1:0\"\n")
+        shared_daemon("d", "[daemon]\nweb_addr = \"127.0.0.1:0\"\n")
     else {
         return;
     };
