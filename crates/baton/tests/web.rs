@@ -380,3 +380,141 @@ fn the_sweep_page_shows_the_comparison_sortable_and_charted() {
     let (_, _, page) = http(&base, &format!("/jobs/{run}"), Some(&cookie));
     assert!(page.contains(&format!("href=\"/sweeps/{id}\"")), "{page}");
 }
+
+/// Polls page `path` until `pred` holds of its body; returns it.
+fn poll_page(
+    base: &str,
+    path: &str,
+    cookie: &str,
+    what: &str,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    let until = std::time::Instant::now() + common::DEADLINE;
+    loop {
+        let (status, _, body) = http(base, path, Some(cookie));
+        assert_eq!(status, 200, "{body}");
+        if pred(&body) {
+            return body;
+        }
+        assert!(std::time::Instant::now() < until, "{what}: {body}");
+        std::thread::sleep(common::POLL * 4);
+    }
+}
+
+/// What the monitor samples is drawn: a sparkline of each GPU's last hour on the overview, and
+/// the utilisation and memory of a job's GPUs while it ran on its page.
+#[test]
+fn gpu_use_is_charted_on_the_overview_and_on_the_jobs_page() {
+    let (b, base) = start_with_config(2, "[waste]\nsample_interval = \"1s\"\n");
+    let sim = b.home.join("sim").join("gpu0");
+    std::fs::create_dir_all(&sim).unwrap();
+    let id = b.submit_sh(
+        &["--gpus", "1", "--name", "busy"],
+        &format!("echo '2147483648 75' > {}/$$; sleep 60", sim.display()),
+    );
+    b.wait_running(id);
+    let cookie = log_in(&b, &base);
+    let body = poll_page(&base, "/", &cookie, "no sparkline with a line", |body| {
+        body.contains("GPU 0 utilisation over the last hour")
+            && body.split("<svg class=\"spark\"").nth(1).is_some_and(|s| {
+                s.split("</svg>")
+                    .next()
+                    .is_some_and(|s| s.contains("<polyline"))
+            })
+    });
+    assert_eq!(body.matches("<svg class=\"spark\"").count(), 2, "{body}");
+    let page = poll_page(
+        &base,
+        &format!("/jobs/{id}"),
+        &cookie,
+        "no chart of the job's GPU",
+        |body| {
+            body.split("id=\"gpu-util\"")
+                .nth(1)
+                .is_some_and(|s| s.split("</figure>").next().unwrap().contains("<polyline"))
+                && body.contains("id=\"gpu-memory\"")
+        },
+    );
+    let util = page.split("id=\"gpu-util\"").nth(1).unwrap();
+    let util = util.split("</figure>").next().unwrap();
+    assert!(
+        util.contains("<polyline") && util.contains(">100%<"),
+        "{util}"
+    );
+    // Only the GPU the job ran on.
+    assert!(util.contains("GPU 0") && !util.contains("GPU 1"), "{util}");
+    let memory = page.split("id=\"gpu-memory\"").nth(1).unwrap();
+    assert!(
+        memory.contains(">2 GiB<"),
+        "its peak labels the axis: {memory}"
+    );
+    b.run(&["cancel", &id.to_string()]).expect(0);
+}
+
+/// The workflow page draws the DAG: a box per task coloured by its state, an edge per
+/// dependency, the critical path heavier, the GPUs an atomic admission reserved; the overview
+/// links to it, and so does each task's page.
+#[test]
+fn the_workflow_page_draws_the_dag_with_its_states_and_critical_path() {
+    let (b, base) = start(2);
+    let file = b.path("pipe.yaml");
+    std::fs::write(
+        &file,
+        "name: pipe\natomic: true\ntasks:\n  prep: {command: \"true\"}\n  \
+         train: {command: \"sleep 60\", gpus: 1, time_limit: 10m, after: [prep]}\n  \
+         eval: {command: \"true\", gpus: 1, time_limit: 5m, after: [train]}\n  \
+         lint: {command: \"true\", time_limit: 1m}\n",
+    )
+    .unwrap();
+    let out = b
+        .run(&["workflow", "submit", &file.display().to_string()])
+        .expect(0);
+    let wf: u64 = out.stdout.trim().parse().unwrap();
+    let cookie = log_in(&b, &base);
+    let page = poll_page(
+        &base,
+        &format!("/workflows/{wf}"),
+        &cookie,
+        "train never ran",
+        |body| body.contains("class=\"task running critical\" data-task=\"train\""),
+    );
+    assert_eq!(page.matches("<g class=\"task ").count(), 4, "{page}");
+    assert!(
+        page.contains("class=\"task succeeded critical\" data-task=\"prep\""),
+        "{page}"
+    );
+    assert!(
+        page.contains("class=\"task queued critical\" data-task=\"eval\""),
+        "{page}"
+    );
+    assert!(
+        page.contains("class=\"task succeeded\" data-task=\"lint\""),
+        "lint is off the critical path: {page}"
+    );
+    assert_eq!(page.matches("class=\"edge critical\"").count(), 2, "{page}");
+    assert!(
+        page.contains("reserved GPU "),
+        "eval's reserved GPU: {page}"
+    );
+    assert!(page.contains("prep → train → eval"), "{page}");
+    let (_, _, overview) = http(&base, "/", Some(&cookie));
+    assert!(
+        overview.contains(&format!("href=\"/workflows/{wf}\"")),
+        "{overview}"
+    );
+    let train = b.job(
+        b.run(&["workflow", "status", &wf.to_string(), "--json"])
+            .expect(0)
+            .json()["tasks"][1]["job"]["id"]
+            .as_u64()
+            .unwrap(),
+    );
+    let (_, _, job_page) = http(&base, &format!("/jobs/{}", train["id"]), Some(&cookie));
+    assert!(
+        job_page.contains(&format!("href=\"/workflows/{wf}\"")),
+        "{job_page}"
+    );
+    let (status, _, _) = http(&base, "/workflows/999", Some(&cookie));
+    assert_eq!(status, 404);
+    b.run(&["workflow", "cancel", &wf.to_string()]).expect(0);
+}

@@ -17,7 +17,7 @@ mod place;
 mod retention;
 mod server;
 mod sweeps;
-mod views;
+pub(crate) mod views;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -45,6 +45,7 @@ pub(crate) use crate::jobs::TableError;
 use crate::store::{JobRecord, Store, StoreError};
 use crate::tasks;
 use crate::users;
+pub(crate) use monitor::GpuSeries;
 
 /// How a daemon was started.
 #[derive(Clone, Debug)]
@@ -749,7 +750,7 @@ impl Daemon {
     }
 
     /// Looks a job up: the live copy if it is active, else the stored one.
-    fn job(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+    pub(crate) fn job(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
         self.lock().jobs.lookup(id)
     }
 }

@@ -101,6 +101,12 @@ impl MonitorState {
     }
 }
 
+/// One GPU's samples over a span, oldest first: what the dashboard charts.
+pub(crate) struct GpuSeries {
+    pub gpu: u32,
+    pub points: Vec<Point>,
+}
+
 /// A decision recorded in the audit log, waiting to be carried out.
 struct ToDo {
     audit: i64,
@@ -353,6 +359,50 @@ impl Daemon {
                 (gpu, mean)
             })
             .collect()
+    }
+
+    /// GPUs `gpus` (every GPU: `None`) from `from` to `to`: the monitor's own samples when the
+    /// span starts within the hour it keeps in memory, else the store's per-minute means (their
+    /// memory the minute's peak), so a chart of last month costs what one of the last hour does.
+    pub(crate) fn gpu_series(
+        &self,
+        gpus: Option<&[u32]>,
+        from: Millis,
+        to: Millis,
+    ) -> Result<Vec<GpuSeries>, crate::store::StoreError> {
+        let wanted = |gpu: u32| gpus.is_none_or(|g| g.contains(&gpu));
+        let inner = self.lock();
+        if from >= now_ms() - SERIES_SPAN_MS {
+            return Ok(inner
+                .monitor
+                .gpus
+                .iter()
+                .filter(|(gpu, _)| wanted(**gpu))
+                .map(|(&gpu, ring)| GpuSeries {
+                    gpu,
+                    points: ring.since(from).filter(|p| p.at <= to).copied().collect(),
+                })
+                .collect());
+        }
+        let mut out: Vec<GpuSeries> = Vec::new();
+        for m in inner.jobs.store().gpu_minutes_between(from, to)? {
+            if !wanted(m.gpu) {
+                continue;
+            }
+            let point = Point {
+                at: m.minute,
+                util: m.mean_util.map(|u| u as f32),
+                mem: m.mem_peak,
+            };
+            match out.last_mut() {
+                Some(series) if series.gpu == m.gpu => series.points.push(point),
+                _ => out.push(GpuSeries {
+                    gpu: m.gpu,
+                    points: vec![point],
+                }),
+            }
+        }
+        Ok(out)
     }
 
     /// Carries out one decision and records the outcome.

@@ -72,6 +72,16 @@ pub struct GpuUtilisation {
     pub mean_util: Option<f64>,
 }
 
+/// One GPU over one minute: its mean utilisation and the most memory it held.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GpuMinute {
+    pub gpu: u32,
+    /// The minute's start.
+    pub minute: Millis,
+    pub mean_util: Option<f64>,
+    pub mem_peak: u64,
+}
+
 columns!(
     /// The columns of `job_gpu_usage` a `JobGpuUsage` is read from.
     UsageColumns {
@@ -220,6 +230,30 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Every GPU's minutes from the one holding `from` to the one holding `to`, by GPU then
+    /// minute: the dashboard's charts of what is older than the monitor's in-memory hour.
+    pub fn gpu_minutes_between(
+        &self,
+        from: Millis,
+        to: Millis,
+    ) -> Result<Vec<GpuMinute>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT gpu, minute, util_samples, util_sum, mem_peak FROM gpu_minutes \
+             WHERE minute >= ?1 AND minute <= ?2 ORDER BY gpu, minute",
+        )?;
+        let rows = stmt.query_map([from - from.rem_euclid(60_000), to], |r| {
+            let util_samples: i64 = r.get("util_samples")?;
+            let util_sum: f64 = r.get("util_sum")?;
+            Ok(GpuMinute {
+                gpu: r.get("gpu")?,
+                minute: r.get("minute")?,
+                mean_util: (util_samples > 0).then(|| util_sum / util_samples as f64),
+                mem_peak: r.get::<_, i64>("mem_peak")? as u64,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Drops per-minute GPU sums older than `minutes_before` and audit entries older than
     /// `audit_before`.
     pub fn prune_samples(
@@ -340,6 +374,14 @@ mod tests {
         assert_eq!(gpus[0].mean_util, Some(6.0));
         assert_eq!(store.usage_since(71_000).unwrap().len(), 0);
         assert_eq!(store.usage_since(70_000).unwrap().len(), 1);
+        store
+            .record_samples(130_000, &[gpu(Some(50.0))], &[])
+            .unwrap();
+        let minutes = store.gpu_minutes_between(65_000, 130_000).unwrap();
+        let shown: Vec<_> = minutes.iter().map(|m| (m.minute, m.mean_util)).collect();
+        assert_eq!(shown, [(60_000, Some(6.0)), (120_000, Some(50.0))]);
+        assert_eq!(minutes[0].mem_peak, 1 << 30);
+        assert!(store.gpu_minutes_between(0, 59_999).unwrap().is_empty());
     }
 
     #[test]

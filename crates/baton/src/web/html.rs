@@ -43,6 +43,9 @@ th,td{border-bottom:1px solid #ddd;padding:.25rem .6rem;text-align:left;vertical
 th{background:#f4f4f4}.num{text-align:right;font-variant-numeric:tabular-nums}\
 .bar{display:inline-block;height:.6rem;background:#4a7}\
 .alloc{display:inline-block;height:.6rem;background:#c84}\
+.key{display:inline-block;width:.7rem;height:.7rem;vertical-align:middle}\
+svg.chart{width:100%;max-width:640px;height:auto}.scroll{overflow-x:auto}\
+figure{margin:.5rem 0 1rem}figcaption{font-size:.85rem}\
 @media(max-width:600px){table{font-size:.8rem}th,td{padding:.2rem .3rem}}";
 
 #[cfg(test)]

@@ -15,10 +15,13 @@ use axum::extract::{ConnectInfo, Path as UrlPath, State};
 use baton_core::JobId;
 use baton_core::report::sanitize_line;
 
+use super::chart::{Line, time_chart};
 use super::html::{escape, live_page, page};
 use crate::api::{CancelRequest, HoldRequest, RequeueRequest};
 use crate::daemon::handlers;
-use crate::daemon::{ApiError, Daemon, Peer};
+use crate::daemon::{ApiError, Daemon, Peer, now_ms};
+use crate::monitor::series::Point;
+use baton_core::units::format_size;
 
 /// How much of the end of each output stream the page shows.
 const TAIL_BYTES: u64 = 16 << 10;
@@ -120,6 +123,13 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, id: u64) -> Result<String,
             "<p>A run of <a href=\"/sweeps/{sweep}\">sweep {sweep}</a>.</p>"
         );
     }
+    if let Some(wf) = view.workflow_id {
+        let _ = write!(
+            body,
+            "<p>Task {} of <a href=\"/workflows/{wf}\">workflow {wf}</a>.</p>",
+            escape(view.task.as_deref().unwrap_or(&view.name))
+        );
+    }
     actions(&mut body, id, view.state, view.held_by.is_some());
     if !view.alerts.is_empty() {
         body.push_str(
@@ -138,6 +148,7 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, id: u64) -> Result<String,
         }
         body.push_str("</table>");
     }
+    gpu_charts(&mut body, daemon, JobId(id))?;
     if view.state.is_terminal() {
         match handlers::report::handle(State(Arc::clone(daemon)), ConnectInfo(peer), UrlPath(id))
             .await
@@ -183,6 +194,56 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, id: u64) -> Result<String,
     }
     body.push_str("</table>");
     Ok(live_page(&format!("baton: job {id}"), &body))
+}
+
+/// The utilisation and memory of the GPUs job `id` ran on, while it ran (its last attempt):
+/// the monitor's samples within the last hour, per-minute means before that.
+fn gpu_charts(body: &mut String, daemon: &Daemon, id: JobId) -> Result<(), ApiError> {
+    let Some(job) = daemon.job(id)? else {
+        return Ok(());
+    };
+    let (Some(from), gpus) = (job.started_at(), job.gpus()) else {
+        return Ok(());
+    };
+    if gpus.is_empty() {
+        return Ok(());
+    }
+    let to = job.ended_at().unwrap_or_else(now_ms);
+    let series = daemon.gpu_series(Some(gpus), from, to)?;
+    body.push_str("<h2>GPU use</h2>");
+    if series.iter().all(|s| s.points.is_empty()) {
+        body.push_str("<p id=\"gpu-use\">No samples of its GPUs yet.</p>");
+        return Ok(());
+    }
+    let line = |s: &crate::daemon::GpuSeries, value: &dyn Fn(&Point) -> Option<f64>| Line {
+        label: format!("GPU {}", s.gpu),
+        points: s.points.iter().map(|p| (p.at, value(p))).collect(),
+    };
+    let util: Vec<Line> = series
+        .iter()
+        .map(|s| line(s, &|p| p.util.map(f64::from)))
+        .collect();
+    let memory: Vec<Line> = series
+        .iter()
+        .map(|s| line(s, &|p| Some(p.mem as f64)))
+        .collect();
+    body.push_str(&time_chart(
+        "gpu-util",
+        "utilisation",
+        &util,
+        (from, to),
+        Some(100.0),
+        |v| format!("{v:.0}%"),
+    ));
+    body.push_str(&time_chart(
+        "gpu-memory",
+        "memory used",
+        &memory,
+        (from, to),
+        None,
+        |v| format_size(v as u64),
+    ));
+    Ok(())
 }
 
 fn gpus(view: &crate::api::JobView) -> String {

@@ -6,12 +6,14 @@
 //! (`Peer::may_act_on`). Without a session: 401. Pages are server-rendered HTML with every
 //! value escaped (`html`); nothing is fetched from anywhere else.
 
+mod chart;
 mod history;
 mod html;
 mod job;
 mod overview;
 mod sweep;
 mod waste;
+mod workflow;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -135,6 +137,7 @@ fn router(daemon: Arc<Daemon>) -> Router {
         .route("/history", get(history_page))
         .route("/waste", get(waste_page))
         .route("/sweeps/{id}", get(sweep_page))
+        .route("/workflows/{id}", get(workflow_page))
         .route("/events", get(events))
         .route("/live.js", get(live_js))
         .with_state(daemon)
@@ -178,8 +181,10 @@ async fn overview(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Resp
     let Some(peer) = daemon.web.peer(&headers) else {
         return unauthorized("This page needs a session.");
     };
-    let page = overview::render(&daemon, &peer).await;
-    page_response(page)
+    match overview::render(&daemon, peer).await {
+        Ok(page) => page_response(page),
+        Err(e) => refused(&e),
+    }
 }
 
 /// `GET /jobs/ID`: the job's page, if the session's peer may read it.
@@ -239,6 +244,21 @@ async fn sweep_page(
         return unauthorized("This page needs a session.");
     };
     match sweep::render(&daemon, peer, id, &query.sort).await {
+        Ok(page) => page_response(page),
+        Err(e) => refused(&e),
+    }
+}
+
+/// `GET /workflows/ID`: the workflow's DAG and tasks.
+async fn workflow_page(
+    State(daemon): State<Arc<Daemon>>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+) -> Response {
+    let Some(peer) = daemon.web.peer(&headers) else {
+        return unauthorized("This page needs a session.");
+    };
+    match workflow::render(&daemon, peer, id).await {
         Ok(page) => page_response(page),
         Err(e) => refused(&e),
     }

@@ -3,19 +3,36 @@
 //! jobs with their progress and ETA (for the jobs whose output the viewer may read).
 
 use std::fmt::Write;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{ConnectInfo, State};
 
 use baton_core::JobState;
 use baton_core::units::format_size;
 
+use super::chart::sparkline;
 use super::html::{escape, live_page};
-use crate::api::JobView;
-use crate::daemon::{Daemon, Peer};
+use crate::api::{JobView, WorkflowRow};
+use crate::daemon::handlers;
+use crate::daemon::{ApiError, Daemon, Peer, now_ms};
+
+/// How far back a GPU's sparkline reaches.
+const SPARK_SPAN_MS: i64 = 60 * 60_000;
+/// The most ended workflows listed (the newest); every unfinished one is listed.
+const ENDED_WORKFLOWS_SHOWN: usize = 5;
 
 /// The overview for `peer`, as the socket's API would show it to them.
-pub async fn render(daemon: &Daemon, peer: &Peer) -> String {
+pub async fn render(daemon: &Arc<Daemon>, peer: Peer) -> Result<String, ApiError> {
+    let Json(workflows) =
+        handlers::workflow_list::handle(State(Arc::clone(daemon)), ConnectInfo(peer)).await?;
     let gpus = daemon.gpu_views();
+    let now = now_ms();
+    let series = daemon
+        .gpu_series(None, now - SPARK_SPAN_MS, now)
+        .unwrap_or_default();
     let jobs = daemon.active_jobs();
-    let views = daemon.shown(peer, &jobs);
+    let views = daemon.shown(&peer, &jobs);
     let mut body = String::new();
     let _ = write!(
         body,
@@ -32,7 +49,7 @@ pub async fn render(daemon: &Daemon, peer: &Peer) -> String {
     );
     body.push_str(
         "<h2>GPUs</h2><table id=\"gpus\"><tr><th>GPU</th><th>use</th><th>memory</th>\
-         <th>allocated</th><th>power</th><th>temp</th><th>held by</th></tr>",
+         <th>allocated</th><th>power</th><th>temp</th><th>last hour</th><th>held by</th></tr>",
     );
     for gpu in &gpus.gpus {
         let util = gpu.utilization.unwrap_or(0).min(100);
@@ -44,13 +61,30 @@ pub async fn render(daemon: &Daemon, peer: &Peer) -> String {
                 None => id.to_string(),
             })
             .collect();
+        let points: Vec<(i64, Option<f64>)> = series
+            .iter()
+            .find(|s| s.gpu == gpu.index)
+            .map(|s| {
+                s.points
+                    .iter()
+                    .map(|p| (p.at, p.util.map(f64::from)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let spark = sparkline(
+            &points,
+            now - SPARK_SPAN_MS,
+            now,
+            100.0,
+            &format!("GPU {} utilisation over the last hour", gpu.index),
+        );
         let _ = write!(
             body,
             "<tr class=\"gpu\"><td>{} {}</td>\
              <td class=\"num\">{}<br><span class=\"bar\" style=\"width:{}px\"></span></td>\
              <td class=\"num\">{} / {}</td><td class=\"num\">{}<br>\
              <span class=\"alloc\" style=\"width:{}px\"></span></td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td>{}</td></tr>",
+             <td class=\"num\">{}</td><td>{spark}</td><td>{}</td></tr>",
             gpu.index,
             escape(&gpu.model),
             gpu.utilization
@@ -74,7 +108,46 @@ pub async fn render(daemon: &Daemon, peer: &Peer) -> String {
     body.push_str("</table>");
     jobs_table(&mut body, "Running", "running", &views, JobState::Running);
     jobs_table(&mut body, "Queue", "queue", &views, JobState::Queued);
-    live_page("baton", &body)
+    workflows_table(&mut body, &workflows);
+    Ok(live_page("baton", &body))
+}
+
+/// The workflows not yet ended and the newest few that have, newest first.
+fn workflows_table(body: &mut String, workflows: &[WorkflowRow]) {
+    let ended = workflows.iter().filter(|w| w.ended_at.is_some()).count();
+    let skip_ended = ended.saturating_sub(ENDED_WORKFLOWS_SHOWN);
+    let mut skipped = 0;
+    let shown: Vec<&WorkflowRow> = workflows
+        .iter()
+        .filter(|w| {
+            if w.ended_at.is_some() && skipped < skip_ended {
+                skipped += 1;
+                return false;
+            }
+            true
+        })
+        .collect();
+    if shown.is_empty() {
+        return;
+    }
+    body.push_str(
+        "<h2>Workflows</h2><table id=\"workflows\"><tr><th>workflow</th><th>name</th>\
+         <th>owner</th><th>state</th><th>tasks ended</th></tr>",
+    );
+    for wf in shown.iter().rev() {
+        let _ = write!(
+            body,
+            "<tr><td><a href=\"/workflows/{0}\">{0}</a></td><td>{1}</td><td>{2}</td>\
+             <td>{3}</td><td class=\"num\">{4} / {5}</td></tr>",
+            wf.id,
+            escape(&wf.name),
+            escape(&wf.owner),
+            escape(&wf.state.to_string()),
+            wf.tasks_done,
+            wf.tasks_total
+        );
+    }
+    body.push_str("</table>");
 }
 
 /// `part` of `whole` as a percentage, 0 to 100.

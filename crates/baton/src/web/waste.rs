@@ -9,6 +9,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{ConnectInfo, Query, State};
 
+use super::chart::{Line, time_chart};
 use super::html::{escape, page};
 use crate::api::SinceQuery;
 use crate::daemon::handlers;
@@ -57,7 +58,38 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, since: &str) -> Result<Str
             escape(&value)
         );
     }
-    body.push_str("</table><h2>GPU-hours by owner</h2><table id=\"owners\">");
+    body.push_str("</table>");
+    // The period's use over time: all it keeps (a month) when no period is chosen.
+    let now = crate::daemon::now_ms();
+    let from = now - since_ms.unwrap_or(30 * 86_400_000);
+    let lines: Vec<Line> = daemon
+        .gpu_series(None, from, now)?
+        .iter()
+        .map(|s| Line {
+            label: format!("GPU {}", s.gpu),
+            points: s
+                .points
+                .iter()
+                .map(|p| (p.at, p.util.map(f64::from)))
+                .collect(),
+        })
+        .collect();
+    if lines.iter().any(|l| !l.points.is_empty()) {
+        let first = lines
+            .iter()
+            .filter_map(|l| l.points.first().map(|p| p.0))
+            .min()
+            .unwrap_or(from);
+        body.push_str(&time_chart(
+            "util-over-time",
+            "GPU utilisation",
+            &lines,
+            (first.max(from), now),
+            Some(100.0),
+            |v| format!("{v:.0}%"),
+        ));
+    }
+    body.push_str("<h2>GPU-hours by owner</h2><table id=\"owners\">");
     let most = stats
         .owners
         .iter()

@@ -26,8 +26,8 @@ pub(crate) mod sweep;
 mod update;
 mod wait;
 mod web;
-mod workflow;
-mod workflow_list;
+pub(crate) mod workflow;
+pub(crate) mod workflow_list;
 
 pub(crate) use workflow::view as workflow_view;
 
