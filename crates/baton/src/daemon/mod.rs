@@ -47,6 +47,13 @@ use crate::tasks;
 use crate::users;
 pub(crate) use monitor::GpuSeries;
 
+/// What the dashboard's live updates follow (`Daemon::subscribe_changes`).
+pub(crate) struct LiveFeed {
+    pub changed: watch::Receiver<u64>,
+    pub sampled: watch::Receiver<u64>,
+    pub stopping: watch::Receiver<bool>,
+}
+
 /// How a daemon was started.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -123,6 +130,8 @@ pub struct Daemon {
     wake: Notify,
     /// Bumped after every job state change; `wait` and `logs --follow` listen to it.
     changed: watch::Sender<u64>,
+    /// Bumped after every GPU sample; the dashboard's pages that chart the GPUs listen to it.
+    sampled: watch::Sender<u64>,
     /// Flips to true when the daemon is shutting down, to end long-polls.
     shutting_down: watch::Sender<bool>,
     /// `baton shutdown` asked the daemon to stop.
@@ -277,6 +286,7 @@ impl Daemon {
             }),
             wake: Notify::new(),
             changed: watch::Sender::new(0),
+            sampled: watch::Sender::new(0),
             shutting_down: watch::Sender::new(false),
             stop_requested: Notify::new(),
             ended,
@@ -704,11 +714,19 @@ impl Daemon {
         }
     }
 
-    /// Copies of the running jobs.
-    /// Told of every job state change (a count that goes up), and of the daemon's stop: what
-    /// the dashboard's live updates follow.
-    pub(crate) fn subscribe_changes(&self) -> (watch::Receiver<u64>, watch::Receiver<bool>) {
-        (self.changed.subscribe(), self.shutting_down.subscribe())
+    /// Told of every job state change and of every GPU sample (counts that go up), and of the
+    /// daemon's stop: what the dashboard's live updates follow.
+    pub(crate) fn subscribe_changes(&self) -> LiveFeed {
+        LiveFeed {
+            changed: self.changed.subscribe(),
+            sampled: self.sampled.subscribe(),
+            stopping: self.shutting_down.subscribe(),
+        }
+    }
+
+    /// Tells the dashboard's listeners that the GPUs were sampled.
+    fn notify_sampled(&self) {
+        self.sampled.send_modify(|n| *n += 1);
     }
 
     /// Every job not yet ended (queued, held, running), as the job table has them.

@@ -131,6 +131,7 @@ impl Daemon {
                     Vec::new()
                 }
             };
+            self.notify_sampled();
             // Notices can take seconds (a webhook, an agent CLI): off the sampling loop.
             for item in todo {
                 let me = self.clone();

@@ -16,7 +16,7 @@ use baton_core::JobId;
 use baton_core::report::sanitize_line;
 
 use super::chart::{Line, time_chart};
-use super::html::{escape, live_page, page};
+use super::html::{Live, escape, gpus_text, live_page, page};
 use crate::api::{CancelRequest, HoldRequest, RequeueRequest};
 use crate::daemon::handlers;
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
@@ -90,7 +90,7 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, id: u64) -> Result<String,
         ("reason", view.reason.clone().unwrap_or_default()),
         ("owner", view.owner.clone()),
         ("command", command),
-        ("GPUs", gpus(&view)),
+        ("GPUs", gpus_text(&view)),
         ("submitted", view.submitted_at.clone()),
         ("started", view.started_at.clone().unwrap_or_default()),
         ("ended", view.ended_at.clone().unwrap_or_default()),
@@ -193,7 +193,15 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, id: u64) -> Result<String,
         );
     }
     body.push_str("</table>");
-    Ok(live_page(&format!("baton: job {id}"), &body))
+    Ok(live_page(
+        &format!("baton: job {id}"),
+        &body,
+        if view.state == baton_core::JobState::Running {
+            Live::Samples
+        } else {
+            Live::Changes
+        },
+    ))
 }
 
 /// The utilisation and memory of the GPUs job `id` ran on, while it ran (its last attempt):
@@ -244,17 +252,6 @@ fn gpu_charts(body: &mut String, daemon: &Daemon, id: JobId) -> Result<(), ApiEr
         |v| format_size(v as u64),
     ));
     Ok(())
-}
-
-fn gpus(view: &crate::api::JobView) -> String {
-    if view.gpus.is_empty() {
-        return format!("{} asked", view.gpus_requested);
-    }
-    view.gpus
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The buttons for what may be done to a job in `state`: each leads to its confirmation.

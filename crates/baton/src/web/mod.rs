@@ -140,6 +140,7 @@ fn router(daemon: Arc<Daemon>) -> Router {
         .route("/workflows/{id}", get(workflow_page))
         .route("/events", get(events))
         .route("/live.js", get(live_js))
+        .route("/favicon.svg", get(favicon))
         .with_state(daemon)
 }
 
@@ -341,25 +342,28 @@ async fn events(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Respon
     if daemon.web.peer(&headers).is_none() {
         return unauthorized("The live updates need a session.");
     }
-    let (changed, stopping) = daemon.subscribe_changes();
-    let stream = futures_util::stream::unfold(
-        (changed, stopping),
-        |(mut changed, mut stopping)| async move {
-            if *stopping.borrow() {
-                return None;
+    let feed = daemon.subscribe_changes();
+    let stream = futures_util::stream::unfold(feed, |mut feed| async move {
+        if *feed.stopping.borrow() {
+            return None;
+        }
+        // A job's change goes first: a page that shows both needs one refresh, not two.
+        let event = tokio::select! {
+            biased;
+            _ = feed.stopping.changed() => return None,
+            seen = feed.changed.changed() => {
+                seen.ok()?;
+                let count = *feed.changed.borrow_and_update();
+                Event::default().event("change").data(count.to_string())
             }
-            tokio::select! {
-                seen = changed.changed() => seen.ok()?,
-                _ = stopping.changed() => return None,
+            seen = feed.sampled.changed() => {
+                seen.ok()?;
+                let count = *feed.sampled.borrow_and_update();
+                Event::default().event("sample").data(count.to_string())
             }
-            let count = *changed.borrow_and_update();
-            let event = Event::default().event("change").data(count.to_string());
-            Some((
-                Ok::<_, std::convert::Infallible>(event),
-                (changed, stopping),
-            ))
-        },
-    );
+        };
+        Some((Ok::<_, std::convert::Infallible>(event), feed))
+    });
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
@@ -368,6 +372,22 @@ async fn events(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Respon
 /// The pages' one script: on each `change`, the page fetches itself again and swaps its body
 /// in (no reload, no timer that polls).
 const LIVE_JS: &str = include_str!("live.js");
+
+/// The pages' icon (a browser asks for one; without it, every page logs a 404).
+const FAVICON: &str = "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 16\">\
+<rect width=\"16\" height=\"16\" rx=\"3\" fill=\"#3574b5\"/>\
+<path d=\"M3 13 L13 3\" stroke=\"#fff\" stroke-width=\"2.5\" stroke-linecap=\"round\"/></svg>";
+
+async fn favicon() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, "max-age=86400"),
+        ],
+        FAVICON,
+    )
+        .into_response()
+}
 
 async fn live_js() -> Response {
     (

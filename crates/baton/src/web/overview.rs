@@ -12,7 +12,7 @@ use baton_core::JobState;
 use baton_core::units::format_size;
 
 use super::chart::sparkline;
-use super::html::{escape, live_page};
+use super::html::{Live, escape, gpus_text, live_page};
 use crate::api::{JobView, WorkflowRow};
 use crate::daemon::handlers;
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
@@ -109,7 +109,7 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer) -> Result<String, ApiError
     jobs_table(&mut body, "Running", "running", &views, JobState::Running);
     jobs_table(&mut body, "Queue", "queue", &views, JobState::Queued);
     workflows_table(&mut body, &workflows);
-    Ok(live_page("baton", &body))
+    Ok(live_page("baton", &body, Live::Samples))
 }
 
 /// The workflows not yet ended and the newest few that have, newest first.
@@ -197,15 +197,7 @@ fn jobs_table(body: &mut String, title: &str, id: &str, views: &[JobView], state
             }
             why
         };
-        let gpus = if job.gpus.is_empty() {
-            job.gpus_requested.to_string()
-        } else {
-            job.gpus
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        };
+        let gpus = gpus_text(job);
         let _ = write!(
             body,
             "<tr class=\"job\"><td><a href=\"/jobs/{0}\">{0}</a></td><td>{1}</td><td>{2}</td>\

@@ -10,7 +10,7 @@ use axum::Json;
 use axum::extract::{ConnectInfo, Path, State};
 use baton_core::sweep::compare::{ComparisonReport, Row};
 
-use super::html::{escape, live_page};
+use super::html::{Live, escape, live_page};
 use crate::daemon::handlers;
 use crate::daemon::{ApiError, Daemon, Peer};
 
@@ -51,7 +51,11 @@ pub async fn render(
             body.push_str("</ul>");
         }
     }
-    Ok(live_page(&format!("baton: sweep {id}"), &body))
+    Ok(live_page(
+        &format!("baton: sweep {id}"),
+        &body,
+        Live::Changes,
+    ))
 }
 
 /// One column's value in a row, for sorting and showing.

@@ -12,7 +12,7 @@ use axum::Json;
 use axum::extract::{ConnectInfo, Path as UrlPath, State};
 use baton_core::JobState;
 
-use super::html::{escape, live_page};
+use super::html::{Live, escape, gpu_list, gpus_text, live_page};
 use crate::api::{WorkflowTaskView, WorkflowView};
 use crate::daemon::handlers;
 use crate::daemon::{ApiError, Daemon, Peer};
@@ -71,7 +71,11 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, id: u64) -> Result<String,
     body.push_str("</table>");
     dag(&mut body, &wf);
     tasks_table(&mut body, &wf);
-    Ok(live_page(&format!("baton: workflow {}", wf.id), &body))
+    Ok(live_page(
+        &format!("baton: workflow {}", wf.id),
+        &body,
+        Live::Changes,
+    ))
 }
 
 /// Each task's column: one past the furthest of the tasks it runs after (tasks come in
@@ -157,13 +161,7 @@ fn dag(body: &mut String, wf: &WorkflowView) {
         let on_path = wf.critical_path.contains(&task.task);
         let state = task.job.state;
         let detail = match &task.reserved {
-            Some(gpus) if state == JobState::Queued => format!(
-                "reserved GPU {}",
-                gpus.iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ),
+            Some(gpus) if state == JobState::Queued => format!("reserved GPU {}", gpu_list(gpus)),
             _ if task.job.held_by.is_some() => "held".to_string(),
             _ => state.to_string(),
         };
@@ -223,26 +221,18 @@ fn shorten(text: &str, max: usize) -> String {
 fn tasks_table(body: &mut String, wf: &WorkflowView) {
     body.push_str(
         "<h2>Tasks</h2><table id=\"tasks\"><tr><th>task</th><th>job</th><th>state</th>\
-         <th>after</th><th>GPUs</th><th>to the end</th><th>why it waits</th></tr>",
+         <th>after</th><th>GPUs</th><th>predicted to the end</th><th>why it waits</th></tr>",
     );
     for task in &wf.tasks {
-        let gpus = match (&task.reserved, task.job.gpus.is_empty()) {
-            (Some(reserved), _) => format!(
-                "{} (reserved)",
-                reserved
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ),
-            (None, false) => task
-                .job
-                .gpus
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-            (None, true) => task.job.gpus_requested.to_string(),
+        let gpus = match &task.reserved {
+            Some(reserved) => format!("GPU {} (reserved)", gpu_list(reserved)),
+            None => gpus_text(&task.job),
+        };
+        // A prediction, so only while the task has yet to end.
+        let left = if task.job.state.is_terminal() {
+            String::new()
+        } else {
+            baton_core::units::format_duration(task.critical_path_ms.max(0))
         };
         let _ = write!(
             body,
@@ -254,9 +244,7 @@ fn tasks_table(body: &mut String, wf: &WorkflowView) {
             state = escape(&task.job.state.to_string()),
             after = escape(&task.after.join(", ")),
             gpus = escape(&gpus),
-            left = escape(&baton_core::units::format_duration(
-                task.critical_path_ms.max(0)
-            )),
+            left = escape(&left),
             why = escape(task.job.reason.as_deref().unwrap_or("")),
         );
     }
