@@ -129,7 +129,9 @@ fn shared_daemon(tag: &str, config: &str) -> Option<Shared> {
     std::fs::create_dir_all(&b.home).unwrap();
     std::fs::write(
         b.home.join("config.toml"),
-        config.replace("ALICE", &alice.name),
+        config
+            .replace("ALICE", &alice.name)
+            .replace("BOB", &bob.name),
     )
     .unwrap();
     let sock_arg = socket.to_string_lossy().into_owned();
@@ -979,4 +981,59 @@ fn a_dashboard_session_reads_only_its_users_job_output() {
     assert_eq!(status, 403);
     assert_eq!(b.state(a), "running");
     as_user(&b, &alice, &["cancel", &a.to_string()]).expect(0);
+}
+
+/// A shared daemon's `[limits] admins` read every job, from the CLI and the dashboard alike
+/// (its command, its output), and act only on their own.
+#[test]
+fn an_admin_reads_every_job_and_acts_only_on_their_own() {
+    let Some(Shared { b, alice, bob }) = shared_daemon(
+        "k",
+        "[limits]\nadmins = [\"BOB\"]\n\n[daemon]\nweb_addr = \"127.0.0.1:0\"\n",
+    ) else {
+        return;
+    };
+    let a = submit_as(&b, &alice, "echo 'alice-output'; sleep 60");
+    b.wait_running(a);
+    wait_path(&b.home.join(format!("jobs/{a}/stdout")));
+    let id = a.to_string();
+    let until = std::time::Instant::now() + common::DEADLINE;
+    loop {
+        let out = as_user(&b, &bob, &["logs", &id]).expect(0);
+        if out.stdout.contains("alice-output") {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "{out:?}");
+        std::thread::sleep(common::POLL);
+    }
+    let seen = as_user(&b, &bob, &["status", &id, "--json"])
+        .expect(0)
+        .json();
+    let job = &seen.as_array().unwrap()[0];
+    assert!(
+        job["command"].as_array().is_some_and(|c| !c.is_empty()),
+        "{job}"
+    );
+    assert!(job["private"].as_bool() != Some(true), "{job}");
+    let out = as_user(&b, &bob, &["cancel", &id]);
+    assert_ne!(out.code, 0, "an admin acts only on their own jobs: {out:?}");
+    assert!(out.stderr.contains("belongs to"), "{out:?}");
+    assert_eq!(b.state(a), "running");
+
+    let login = as_user(&b, &bob, &["dashboard", "--no-open", "--json"])
+        .expect(0)
+        .json();
+    let base = login["base"].as_str().unwrap().to_string();
+    let url = login["url"].as_str().unwrap();
+    let (_, headers, _) = common::http(&base, url.trim_start_matches(&base), None);
+    let cookie = common::header(&headers, "set-cookie").unwrap();
+    let cookie = cookie.split(';').next().unwrap();
+    let (status, _, page) = common::http(&base, &format!("/jobs/{a}"), Some(cookie));
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("alice-output"), "{page}");
+    assert!(
+        !page.contains("/confirm/cancel"),
+        "no button that would be refused: {page}"
+    );
+    as_user(&b, &alice, &["cancel", &id]).expect(0);
 }

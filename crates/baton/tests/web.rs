@@ -315,6 +315,14 @@ fn the_waste_page_shows_usage_and_the_rules_decisions() {
         "{body}"
     );
     assert!(body.contains(&format!("/jobs/{idle}\"")), "{body}");
+    // The overview flags it too.
+    let (_, _, overview) = http(&base, "/", Some(&cookie));
+    let flags = overview.split("id=\"flags\"").nth(1).expect("waste flags");
+    assert!(
+        flags.contains("<tr class=\"flag\">") && flags.contains("idle_job"),
+        "{overview}"
+    );
+    assert!(flags.contains(&format!("/jobs/{idle}\"")), "{overview}");
     assert!(
         body.contains("GPU-hours allocated") && body.contains("id=\"owners\""),
         "{body}"

@@ -44,6 +44,9 @@ pub struct Peer {
     pub gid: u32,
     /// The connecting process, where the kernel says (the Claude Code hook claims jobs by it).
     pub pid: Option<u32>,
+    /// One of a shared daemon's `[limits] admins`: reads every job as root does (its output,
+    /// report and history), and still acts only on its own. Set by [`admit`].
+    pub reads_all: bool,
 }
 
 impl Peer {
@@ -51,8 +54,19 @@ impl Peer {
         self.uid == 0
     }
 
+    /// Cancel, hold, signal, requeue, update: the owner and root.
     pub fn may_act_on(&self, job: &JobRecord) -> bool {
         self.is_root() || job.owner_uid == self.uid
+    }
+
+    /// Its output, report, events, alerts, command: the owner, root and the admins.
+    pub fn may_read(&self, job: &JobRecord) -> bool {
+        self.reads_all || self.may_act_on(job)
+    }
+
+    /// Whether it reads what any user owns (workflows and sweeps too): root and the admins.
+    pub fn reads_everything(&self) -> bool {
+        self.reads_all || self.is_root()
     }
 }
 
@@ -67,21 +81,24 @@ impl Peer {
                 uid: cred.uid(),
                 gid: cred.gid(),
                 pid: cred.pid().and_then(|p| u32::try_from(p).ok()),
+                reads_all: false,
             },
             Err(_) => Peer {
                 uid: NOBODY,
                 gid: NOBODY,
                 pid: None,
+                reads_all: false,
             },
         }
     }
 }
 
-/// Refuses every request from a caller this daemon does not serve.
+/// Refuses every request from a caller this daemon does not serve, and marks a shared daemon's
+/// admins as readers of every job.
 pub async fn admit(
     State(daemon): State<Arc<Daemon>>,
-    ConnectInfo(peer): ConnectInfo<Peer>,
-    request: Request,
+    ConnectInfo(mut peer): ConnectInfo<Peer>,
+    mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
     if peer.uid == NOBODY {
@@ -94,6 +111,17 @@ pub async fn admit(
             "this daemon belongs to {}; start your own with `baton serve`",
             crate::users::name_of(daemon.uid)
         )));
+    }
+    if daemon.config.system
+        && !daemon.config.limits.admins.is_empty()
+        && daemon
+            .config
+            .limits
+            .admins
+            .contains(&crate::users::name_of(peer.uid))
+    {
+        peer.reads_all = true;
+        request.extensions_mut().insert(ConnectInfo(peer));
     }
     Ok(next.run(request).await)
 }

@@ -79,7 +79,7 @@ impl Daemon {
         for &id in &req.ids {
             let claim = |claimed: bool, why: String| HookClaim { id, claimed, why };
             // One id the hook misread (a stray number in the output) spoils no other claim.
-            let job = match self.readable_job(peer, JobId(id), "wake-ups") {
+            let job = match self.own_job(peer, JobId(id), "wake-ups") {
                 Ok(job) => job,
                 Err(e) => {
                     claims.push(claim(false, e.to_string()));
@@ -181,7 +181,7 @@ impl Daemon {
         ids: &[u64],
     ) -> Result<(), ApiError> {
         for &id in ids {
-            let job = self.readable_job(peer, JobId(id), "wake-ups")?;
+            let job = self.own_job(peer, JobId(id), "wake-ups")?;
             let rows = self.lock().jobs.store().deliveries(job.id)?;
             // The job's own report: the hook prints no workflow summary.
             for d in rows

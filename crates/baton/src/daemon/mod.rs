@@ -754,17 +754,38 @@ impl Daemon {
     /// A job the caller may read (its owner, or root), or the error that says why not.
     /// `what` names what is read, for the refusal ("output", "reports").
     fn readable_job(&self, peer: &Peer, id: JobId, what: &str) -> Result<JobRecord, ApiError> {
-        let Some(job) = self.job(id)? else {
-            self.views(peer, &[id])?; // says which ids exist
-            return Err(ApiError::NotFound(format!("job {id} does not exist")));
-        };
-        if !peer.may_act_on(&job) {
+        let job = self.existing_job(peer, id)?;
+        if !peer.may_read(&job) {
             return Err(ApiError::Forbidden(format!(
                 "job {id} belongs to {}; you can read only your own jobs' {what}",
                 job.owner
             )));
         }
         Ok(job)
+    }
+
+    /// A job the caller may act on (its owner, or root), or the error that says why not.
+    /// `what` names what is done, for the refusal ("wake-ups").
+    fn own_job(&self, peer: &Peer, id: JobId, what: &str) -> Result<JobRecord, ApiError> {
+        let job = self.existing_job(peer, id)?;
+        if !peer.may_act_on(&job) {
+            return Err(ApiError::Forbidden(format!(
+                "job {id} belongs to {}; you can claim only your own jobs' {what}",
+                job.owner
+            )));
+        }
+        Ok(job)
+    }
+
+    /// Job `id`, or a 404 that says which ids exist.
+    fn existing_job(&self, peer: &Peer, id: JobId) -> Result<JobRecord, ApiError> {
+        match self.job(id)? {
+            Some(job) => Ok(job),
+            None => {
+                self.views(peer, &[id])?; // says which ids exist
+                Err(ApiError::NotFound(format!("job {id} does not exist")))
+            }
+        }
     }
 
     /// Looks a job up: the live copy if it is active, else the stored one.

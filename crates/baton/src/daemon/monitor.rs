@@ -26,6 +26,8 @@ use crate::users;
 
 /// How much of each series stays in memory.
 const SERIES_SPAN_MS: Millis = 60 * 60_000;
+/// About how many points a chart of the store's per-minute rows gets.
+const CHART_POINTS: Millis = 240;
 /// Per-minute GPU sums are kept this long.
 const MINUTES_KEPT_MS: Millis = 30 * 86_400_000;
 /// Audit entries are kept this long.
@@ -365,15 +367,17 @@ impl Daemon {
     /// GPUs `gpus` (every GPU: `None`) from `from` to `to`: the monitor's own samples when the
     /// span starts within the hour it keeps in memory, else the store's per-minute means (their
     /// memory the minute's peak), so a chart of last month costs what one of the last hour does.
-    pub(crate) fn gpu_series(
-        &self,
+    /// The store's rows are read on a read-only connection off the async workers, summed into
+    /// about [`CHART_POINTS`] spans.
+    pub(crate) async fn gpu_series(
+        self: &Arc<Self>,
         gpus: Option<&[u32]>,
         from: Millis,
         to: Millis,
-    ) -> Result<Vec<GpuSeries>, crate::store::StoreError> {
+    ) -> Result<Vec<GpuSeries>, super::ApiError> {
         let wanted = |gpu: u32| gpus.is_none_or(|g| g.contains(&gpu));
-        let inner = self.lock();
         if from >= now_ms() - SERIES_SPAN_MS {
+            let inner = self.lock();
             return Ok(inner
                 .monitor
                 .gpus
@@ -385,8 +389,12 @@ impl Daemon {
                 })
                 .collect());
         }
+        let bucket = ((to - from) / CHART_POINTS).max(60_000);
+        let minutes = self
+            .read(move |store| store.gpu_minutes_between(from, to, bucket))
+            .await?;
         let mut out: Vec<GpuSeries> = Vec::new();
-        for m in inner.jobs.store().gpu_minutes_between(from, to)? {
+        for m in minutes {
             if !wanted(m.gpu) {
                 continue;
             }

@@ -18,7 +18,7 @@ pub fn rfc3339(ms: Millis) -> String {
 /// as Slurm's `PrivateData=jobs` would.
 pub fn job_view_for(peer: &Peer, job: &JobRecord) -> JobView {
     let mut view = job_view(job);
-    if !peer.may_act_on(job) {
+    if !peer.may_read(job) {
         view.command = Vec::new();
         view.cwd = String::new();
         view.tags = Default::default();

@@ -230,18 +230,26 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Every GPU's minutes from the one holding `from` to the one holding `to`, by GPU then
-    /// minute: the dashboard's charts of what is older than the monitor's in-memory hour.
+    /// Every GPU's minutes from the one holding `from` to the one holding `to`, summed into
+    /// spans of `bucket_ms` (whole minutes; each row's `minute` is its span's first), by GPU then
+    /// time: the dashboard's charts of what is older than the monitor's in-memory hour, a
+    /// bounded number of rows however long the period.
     pub fn gpu_minutes_between(
         &self,
         from: Millis,
         to: Millis,
+        bucket_ms: Millis,
     ) -> Result<Vec<GpuMinute>, StoreError> {
+        let start = from - from.rem_euclid(60_000);
+        let bucket = bucket_ms.max(60_000) - bucket_ms.max(60_000).rem_euclid(60_000);
         let mut stmt = self.conn.prepare_cached(
-            "SELECT gpu, minute, util_samples, util_sum, mem_peak FROM gpu_minutes \
-             WHERE minute >= ?1 AND minute <= ?2 ORDER BY gpu, minute",
+            "SELECT gpu, ?1 + ((minute - ?1) / ?3) * ?3 AS minute, \
+             SUM(util_samples) AS util_samples, SUM(util_sum) AS util_sum, \
+             MAX(mem_peak) AS mem_peak FROM gpu_minutes \
+             WHERE minute >= ?1 AND minute <= ?2 \
+             GROUP BY gpu, (minute - ?1) / ?3 ORDER BY gpu, minute",
         )?;
-        let rows = stmt.query_map([from - from.rem_euclid(60_000), to], |r| {
+        let rows = stmt.query_map([start, to, bucket], |r| {
             let util_samples: i64 = r.get("util_samples")?;
             let util_sum: f64 = r.get("util_sum")?;
             Ok(GpuMinute {
@@ -377,11 +385,20 @@ mod tests {
         store
             .record_samples(130_000, &[gpu(Some(50.0))], &[])
             .unwrap();
-        let minutes = store.gpu_minutes_between(65_000, 130_000).unwrap();
+        let minutes = store.gpu_minutes_between(65_000, 130_000, 60_000).unwrap();
         let shown: Vec<_> = minutes.iter().map(|m| (m.minute, m.mean_util)).collect();
         assert_eq!(shown, [(60_000, Some(6.0)), (120_000, Some(50.0))]);
         assert_eq!(minutes[0].mem_peak, 1 << 30);
-        assert!(store.gpu_minutes_between(0, 59_999).unwrap().is_empty());
+        assert!(
+            store
+                .gpu_minutes_between(0, 59_999, 60_000)
+                .unwrap()
+                .is_empty()
+        );
+        // Two minutes to a span: one row, the mean of all three known samples.
+        let spans = store.gpu_minutes_between(60_000, 130_000, 120_000).unwrap();
+        let shown: Vec<_> = spans.iter().map(|m| (m.minute, m.mean_util)).collect();
+        assert_eq!(shown, [(60_000, Some(62.0 / 3.0))]);
     }
 
     #[test]

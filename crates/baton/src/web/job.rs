@@ -130,7 +130,13 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, id: u64) -> Result<String,
             escape(view.task.as_deref().unwrap_or(&view.name))
         );
     }
-    actions(&mut body, id, view.state, view.held_by.is_some());
+    // An admin reads other users' jobs but acts only on their own: no buttons that would 403.
+    if daemon
+        .job(JobId(id))?
+        .is_some_and(|job| peer.may_act_on(&job))
+    {
+        actions(&mut body, id, view.state, view.held_by.is_some());
+    }
     if !view.alerts.is_empty() {
         body.push_str(
             "<h2>Mid-run alerts</h2><table id=\"alerts\"><tr><th>when</th><th>detector</th>\
@@ -148,7 +154,7 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, id: u64) -> Result<String,
         }
         body.push_str("</table>");
     }
-    gpu_charts(&mut body, daemon, JobId(id))?;
+    gpu_charts(&mut body, daemon, JobId(id)).await?;
     if view.state.is_terminal() {
         match handlers::report::handle(State(Arc::clone(daemon)), ConnectInfo(peer), UrlPath(id))
             .await
@@ -206,7 +212,7 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, id: u64) -> Result<String,
 
 /// The utilisation and memory of the GPUs job `id` ran on, while it ran (its last attempt):
 /// the monitor's samples within the last hour, per-minute means before that.
-fn gpu_charts(body: &mut String, daemon: &Daemon, id: JobId) -> Result<(), ApiError> {
+async fn gpu_charts(body: &mut String, daemon: &Arc<Daemon>, id: JobId) -> Result<(), ApiError> {
     let Some(job) = daemon.job(id)? else {
         return Ok(());
     };
@@ -217,7 +223,7 @@ fn gpu_charts(body: &mut String, daemon: &Daemon, id: JobId) -> Result<(), ApiEr
         return Ok(());
     }
     let to = job.ended_at().unwrap_or_else(now_ms);
-    let series = daemon.gpu_series(Some(gpus), from, to)?;
+    let series = daemon.gpu_series(Some(gpus), from, to).await?;
     body.push_str("<h2>GPU use</h2>");
     if series.iter().all(|s| s.points.is_empty()) {
         body.push_str("<p id=\"gpu-use\">No samples of its GPUs yet.</p>");

@@ -6,19 +6,22 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, Query, State};
 
 use baton_core::JobState;
 use baton_core::units::format_size;
 
 use super::chart::sparkline;
 use super::html::{Live, escape, gpus_text, live_page};
-use crate::api::{JobView, WorkflowRow};
+use crate::api::{AuditView, JobView, SinceQuery, WorkflowRow};
 use crate::daemon::handlers;
 use crate::daemon::{ApiError, Daemon, Peer, now_ms};
 
 /// How far back a GPU's sparkline reaches.
 const SPARK_SPAN_MS: i64 = 60 * 60_000;
+/// How far back the waste flags reach, and how many are listed.
+const FLAGS_SPAN_MS: i64 = 60 * 60_000;
+const FLAGS_SHOWN: usize = 10;
 /// The most ended workflows listed (the newest); every unfinished one is listed.
 const ENDED_WORKFLOWS_SHOWN: usize = 5;
 
@@ -26,11 +29,15 @@ const ENDED_WORKFLOWS_SHOWN: usize = 5;
 pub async fn render(daemon: &Arc<Daemon>, peer: Peer) -> Result<String, ApiError> {
     let Json(workflows) =
         handlers::workflow_list::handle(State(Arc::clone(daemon)), ConnectInfo(peer)).await?;
+    let recent = SinceQuery {
+        since_ms: Some(FLAGS_SPAN_MS),
+    };
+    let Json(flags) =
+        handlers::audit::handle(State(Arc::clone(daemon)), ConnectInfo(peer), Query(recent))
+            .await?;
     let gpus = daemon.gpu_views();
     let now = now_ms();
-    let series = daemon
-        .gpu_series(None, now - SPARK_SPAN_MS, now)
-        .unwrap_or_default();
+    let series = daemon.gpu_series(None, now - SPARK_SPAN_MS, now).await?;
     let jobs = daemon.active_jobs();
     let views = daemon.shown(&peer, &jobs);
     let mut body = String::new();
@@ -108,8 +115,41 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer) -> Result<String, ApiError
     body.push_str("</table>");
     jobs_table(&mut body, "Running", "running", &views, JobState::Running);
     jobs_table(&mut body, "Queue", "queue", &views, JobState::Queued);
+    flags_table(&mut body, &flags);
     workflows_table(&mut body, &workflows);
     Ok(live_page("baton", &body, Live::Samples))
+}
+
+/// The waste rules' newest decisions of the last hour (the viewer's own jobs' on a shared
+/// daemon), newest first; the rest on the waste page.
+fn flags_table(body: &mut String, flags: &[AuditView]) {
+    if flags.is_empty() {
+        return;
+    }
+    body.push_str(
+        "<h2>Waste flags (last hour)</h2><table id=\"flags\"><tr><th>when</th><th>rule</th>\
+         <th>job</th><th>GPU</th><th>action</th><th>what</th></tr>",
+    );
+    for e in flags.iter().rev().take(FLAGS_SHOWN) {
+        let _ = write!(
+            body,
+            "<tr class=\"flag\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}{}</td>\
+             <td>{}</td></tr>",
+            escape(&e.time),
+            escape(&e.rule),
+            e.job_id
+                .map_or_else(String::new, |j| format!("<a href=\"/jobs/{j}\">{j}</a>")),
+            e.gpu.map_or_else(String::new, |g| g.to_string()),
+            escape(&e.action),
+            if e.dry_run { " (dry run)" } else { "" },
+            escape(&e.message)
+        );
+    }
+    let _ = write!(
+        body,
+        "</table><p><a href=\"/waste?since=1h\">all {} of the last hour</a></p>",
+        flags.len()
+    );
 }
 
 /// The workflows not yet ended and the newest few that have, newest first.

@@ -63,7 +63,8 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, since: &str) -> Result<Str
     let now = crate::daemon::now_ms();
     let from = now - since_ms.unwrap_or(30 * 86_400_000);
     let lines: Vec<Line> = daemon
-        .gpu_series(None, from, now)?
+        .gpu_series(None, from, now)
+        .await?
         .iter()
         .map(|s| Line {
             label: format!("GPU {}", s.gpu),

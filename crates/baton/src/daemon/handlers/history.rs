@@ -41,7 +41,7 @@ impl Daemon {
         let mine: Vec<(baton_core::JobId, u32)> = listing
             .jobs
             .iter()
-            .filter(|j| peer.may_act_on(j) && !j.gpus().is_empty())
+            .filter(|j| peer.may_read(j) && !j.gpus().is_empty())
             .map(|j| (j.id, j.attempt()))
             .collect();
         let means = self.readers.with(|s| s.gpu_means(&mine))?;
@@ -52,7 +52,7 @@ impl Daemon {
             .map(|j| {
                 let mut row = row_of(j, now);
                 row.gpu_util_pct = means.get(&j.id).map(|m| (m * 10.0).round() / 10.0);
-                row.private = !peer.may_act_on(j);
+                row.private = !peer.may_read(j);
                 row
             })
             .collect();

@@ -200,7 +200,7 @@ impl Daemon {
             Some((running, _, _)) => running
                 .iter()
                 .filter_map(|r| {
-                    let job = inner.jobs.get(r.id).filter(|j| peer.may_act_on(j))?;
+                    let job = inner.jobs.get(r.id).filter(|j| peer.may_read(j))?;
                     Some((r.id, now + self.progress_view(job)?.remaining_ms?))
                 })
                 .collect(),
@@ -210,7 +210,7 @@ impl Daemon {
             if let Some(live) = inner.jobs.get(jobs[i].id) {
                 views[i] = shown_view(&inner.jobs, peer, live);
                 // Read from its output: only whoever may read that sees it.
-                if peer.may_act_on(live) {
+                if peer.may_read(live) {
                     views[i].progress = self.progress_view(live);
                 }
             } // else it ended since the reader looked: as read
@@ -262,7 +262,7 @@ impl Daemon {
             match inner.jobs.lookup(*id)? {
                 Some(job) => {
                     let mut view = shown_view(&inner.jobs, peer, &job);
-                    if peer.may_act_on(&job) {
+                    if peer.may_read(&job) {
                         view.progress = self.progress_view(&job);
                         view.alerts = alert_views(inner.jobs.store(), &self.files(*id), *id)?;
                     }

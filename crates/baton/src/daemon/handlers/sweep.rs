@@ -281,9 +281,10 @@ fn expand(runs: &SweepRuns, max: u64) -> Result<Expanded, sweep::SweepError> {
     }
 }
 
-/// Only a sweep's owner (and root) sees it: its runs' commands and output are theirs.
+/// Only a sweep's owner (and root and the admins) sees it: its runs' commands and output are
+/// theirs.
 fn may_read(peer: &Peer, sweep: &SweepRecord) -> bool {
-    peer.is_root() || peer.uid == sweep.owner_uid
+    peer.reads_everything() || peer.uid == sweep.owner_uid
 }
 
 fn view_of(record: &SweepRecord, jobs: &[JobRecord]) -> SweepView {
