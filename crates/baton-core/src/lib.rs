@@ -9,6 +9,7 @@ pub mod begin;
 pub mod fair_share;
 pub mod input;
 pub mod lifecycle;
+pub mod limits;
 pub mod locality;
 pub mod midrun;
 pub mod model;

@@ -20,6 +20,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::limits::{LimitHit, Limits};
 use crate::model::{Gpu, JobId, JobState, Millis, PendingJob, ResourceRequest, RunningJob};
 use crate::placement::{Free, Occupancy};
 use crate::units::format_duration;
@@ -61,6 +62,8 @@ pub enum WaitReason {
     },
     /// Its sweep runs as many runs at once as it may (`--array ...%K`, `--max-parallel`).
     Throttled { sweep: u64, max: u32 },
+    /// Starting it would take its owner or its agent session past a cap (`[limits]`).
+    Limit(LimitHit),
     /// A retry waiting out its backoff after a failed attempt.
     Backoff {
         /// When it may start.
@@ -109,6 +112,7 @@ impl fmt::Display for WaitReason {
                 f,
                 "throttled: sweep {sweep} runs {max} at once, its most (--max-parallel)"
             ),
+            WaitReason::Limit(hit) => write!(f, "limit: {hit}"),
             WaitReason::Backoff { in_ms, .. } => write!(
                 f,
                 "retry backoff: the next attempt may start in {}",
@@ -205,6 +209,29 @@ pub fn plan_on(
     now: Millis,
     options: PlanOptions,
 ) -> Plan {
+    plan_limited(
+        cluster,
+        running,
+        pending,
+        states,
+        now,
+        options,
+        &Limits::default(),
+    )
+}
+
+/// [`plan_on`], with `limits` on what each user and agent session holds at once: a job that
+/// would take one past its cap waits (`WaitReason::Limit`) and takes no reservation. An atomic
+/// workflow's admission is not checked against them; what it reserved counts as held.
+pub fn plan_limited(
+    cluster: &Occupancy,
+    running: &[RunningJob],
+    pending: &[PendingJob],
+    states: &HashMap<JobId, JobState>,
+    now: Millis,
+    options: PlanOptions,
+    limits: &Limits,
+) -> Plan {
     let mut occupancy = cluster.clone();
     let mut holders: Vec<RunningJob> = Vec::with_capacity(running.len() + pending.len());
     for job in running {
@@ -230,6 +257,7 @@ pub fn plan_on(
 
     let mut order: Vec<&PendingJob> = pending.iter().collect();
     order.sort_by_key(|j| queue_key(j));
+    let mut held = limits.held(&holders);
 
     let mut out = Plan::default();
     let mut reservation: Option<Reservation> = None;
@@ -330,6 +358,10 @@ pub fn plan_on(
                 .push((job.id, WaitReason::Impossible { needs, free }));
             continue;
         }
+        if let Err(hit) = limits.check(job.id, &job.request, &held) {
+            out.waiting.push((job.id, WaitReason::Limit(hit)));
+            continue;
+        }
         let ends_by = job.time_limit.map(|limit| now.saturating_add(limit));
         let chosen = if reservation.is_some() && !options.backfill {
             // Strict order: nothing passes a blocked job.
@@ -400,6 +432,7 @@ pub fn plan_on(
         if let Some(t) = job.throttle {
             *group_running.entry(t.group).or_insert(t.running) += 1;
         }
+        limits.take(job.id, &job.request, &mut held);
         holders.push(RunningJob {
             id: job.id,
             gpus: chosen.clone(),
@@ -759,6 +792,66 @@ mod tests {
 
     fn started(p: &Plan) -> Vec<u64> {
         p.starts.iter().map(|s| s.job.0).collect()
+    }
+
+    #[test]
+    fn a_user_at_their_cap_waits_and_takes_no_reservation_from_another() {
+        use crate::limits::{Account, AccountCap, Cap};
+        let (alice, bob) = (Account::User(1000), Account::User(1001));
+        let limits = Limits {
+            accounts_of: [
+                (JobId(1), vec![alice.clone()]),
+                (JobId(2), vec![alice.clone()]),
+                (JobId(3), vec![alice.clone()]),
+                (JobId(4), vec![bob]),
+            ]
+            .into_iter()
+            .collect(),
+            caps: [(
+                alice,
+                AccountCap::new(
+                    "alice",
+                    "[limits]",
+                    Cap {
+                        gpus: Some(3),
+                        ..Cap::default()
+                    },
+                ),
+            )]
+            .into_iter()
+            .collect(),
+        };
+        // Alice runs job 1 on one GPU; her jobs 2 and 3 (2 GPUs each) come before bob's 4.
+        let g = gpus(4);
+        let limited = plan_limited(
+            &Occupancy::new(&g),
+            &[running(1, &[0], None)],
+            &[job(2, 2), job(3, 2), job(4, 1)],
+            &HashMap::new(),
+            0,
+            PlanOptions::default(),
+            &limits,
+        );
+        assert_eq!(started(&limited), [2, 4], "{limited:?}");
+        let (_, reason) = &limited.waiting[0];
+        assert_eq!(
+            reason.to_string(),
+            "limit: alice already holds 3 of at most 3 GPUs, and this job asks for 2 GPUs \
+             ([limits] max_gpus_per_user = 3)"
+        );
+        // Without the limits, job 3 would have held the reservation and bob's job waited.
+        let unlimited = plan(
+            &g,
+            &[running(1, &[0], None)],
+            &[job(2, 2), job(3, 2), job(4, 1)],
+            &HashMap::new(),
+            0,
+        );
+        assert_eq!(
+            started(&unlimited),
+            [2, 4],
+            "job 4 backfills: no limit, no time limit"
+        );
     }
 
     #[test]

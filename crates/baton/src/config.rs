@@ -262,6 +262,128 @@ pub struct LimitSettings {
     /// closed after it.
     #[serde(with = "baton_core::units::serde_duration")]
     pub request_timeout: Millis,
+    /// The most GPUs, CPUs and memory one user's jobs hold at once (a job that would go past
+    /// waits, saying so), the most jobs one user has queued, and the most GPUs one job asks
+    /// for (past those two: refused at submission). None by default.
+    pub max_gpus_per_user: Option<u32>,
+    pub max_cpus_per_user: Option<u32>,
+    #[serde(with = "baton_core::units::serde_opt_size")]
+    pub max_mem_per_user: Option<u64>,
+    pub max_queued_per_user: Option<u32>,
+    pub max_gpus_per_job: Option<u32>,
+    /// The same held at once by one agent session's jobs (a session cannot take its user's
+    /// whole share).
+    pub max_gpus_per_session: Option<u32>,
+    pub max_cpus_per_session: Option<u32>,
+    #[serde(with = "baton_core::units::serde_opt_size")]
+    pub max_mem_per_session: Option<u64>,
+    /// `[limits.users.NAME]`: one user's own caps, over the ones above.
+    pub users: std::collections::BTreeMap<String, UserCaps>,
+    /// `[limits.groups.NAME]`: the caps of a group's members, over the ones above (a user's own
+    /// entry goes first; of several groups, the first by name that sets the cap).
+    pub groups: std::collections::BTreeMap<String, UserCaps>,
+}
+
+/// One user's (or a group's members') caps, each replacing `[limits]`'s.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UserCaps {
+    pub max_gpus_per_user: Option<u32>,
+    pub max_cpus_per_user: Option<u32>,
+    #[serde(with = "baton_core::units::serde_opt_size")]
+    pub max_mem_per_user: Option<u64>,
+    pub max_queued_per_user: Option<u32>,
+    pub max_gpus_per_job: Option<u32>,
+}
+
+/// What one user may hold and queue, resolved from `[limits]` and its overrides; each with the
+/// table it comes from (`[limits]`, `[limits.users.alice]`), for the reasons.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedCaps {
+    /// Held at once (`None`: nothing capped).
+    pub held: Option<baton_core::limits::AccountCap>,
+    pub max_queued: Option<(u32, String)>,
+    pub max_gpus_per_job: Option<(u32, String)>,
+}
+
+impl LimitSettings {
+    /// Whether any cap on users or sessions is set (else the scheduler skips limits).
+    pub fn caps_anything(&self) -> bool {
+        let own = UserCaps {
+            max_gpus_per_user: self.max_gpus_per_user,
+            max_cpus_per_user: self.max_cpus_per_user,
+            max_mem_per_user: self.max_mem_per_user,
+            max_queued_per_user: self.max_queued_per_user,
+            max_gpus_per_job: self.max_gpus_per_job,
+        };
+        own != UserCaps::default()
+            || self.session_cap().is_some()
+            || !self.users.is_empty()
+            || !self.groups.is_empty()
+    }
+
+    /// What an agent session may hold at once, if anything is capped.
+    pub fn session_cap(&self) -> Option<baton_core::limits::Cap> {
+        let cap = baton_core::limits::Cap {
+            gpus: self.max_gpus_per_session,
+            cpus: self.max_cpus_per_session,
+            mem: self.max_mem_per_session,
+        };
+        (!cap.is_unlimited()).then_some(cap)
+    }
+
+    /// The caps of user `name`, a member of the groups named `groups`: each from the user's own
+    /// entry, else the first of its groups (by name) that sets it, else `[limits]`.
+    pub fn caps_for(&self, name: &str, groups: &[String]) -> ResolvedCaps {
+        let mut layers: Vec<(String, &UserCaps)> = Vec::new();
+        if let Some(own) = self.users.get(name) {
+            layers.push((format!("[limits.users.{name}]"), own));
+        }
+        for (group, caps) in &self.groups {
+            if groups.contains(group) {
+                layers.push((format!("[limits.groups.{group}]"), caps));
+            }
+        }
+        let base = UserCaps {
+            max_gpus_per_user: self.max_gpus_per_user,
+            max_cpus_per_user: self.max_cpus_per_user,
+            max_mem_per_user: self.max_mem_per_user,
+            max_queued_per_user: self.max_queued_per_user,
+            max_gpus_per_job: self.max_gpus_per_job,
+        };
+        layers.push(("[limits]".to_string(), &base));
+        // The value of one key, and the layer it came from.
+        fn pick<T: Copy>(
+            layers: &[(String, &UserCaps)],
+            key: impl Fn(&UserCaps) -> Option<T>,
+        ) -> Option<(T, String)> {
+            layers
+                .iter()
+                .find_map(|(source, caps)| key(caps).map(|v| (v, source.clone())))
+        }
+        let gpus = pick(&layers, |c| c.max_gpus_per_user);
+        let cpus = pick(&layers, |c| c.max_cpus_per_user);
+        let mem = pick(&layers, |c| c.max_mem_per_user);
+        fn from<T>(value: &Option<(T, String)>) -> String {
+            value.as_ref().map_or_else(String::new, |v| v.1.clone())
+        }
+        let held = baton_core::limits::AccountCap {
+            who: name.to_string(),
+            cap: baton_core::limits::Cap {
+                gpus: gpus.as_ref().map(|g| g.0),
+                cpus: cpus.as_ref().map(|c| c.0),
+                mem: mem.as_ref().map(|m| m.0),
+            },
+            gpus_from: from(&gpus),
+            cpus_from: from(&cpus),
+            mem_from: from(&mem),
+        };
+        ResolvedCaps {
+            held: (!held.cap.is_unlimited()).then_some(held),
+            max_queued: pick(&layers, |c| c.max_queued_per_user),
+            max_gpus_per_job: pick(&layers, |c| c.max_gpus_per_job),
+        }
+    }
 }
 
 impl Default for LimitSettings {
@@ -273,6 +395,16 @@ impl Default for LimitSettings {
             connections: 1024,
             connections_per_user: 128,
             request_timeout: 10_000,
+            max_gpus_per_user: None,
+            max_cpus_per_user: None,
+            max_mem_per_user: None,
+            max_queued_per_user: None,
+            max_gpus_per_job: None,
+            max_gpus_per_session: None,
+            max_cpus_per_session: None,
+            max_mem_per_session: None,
+            users: Default::default(),
+            groups: Default::default(),
         }
     }
 }
@@ -488,6 +620,54 @@ mod tests {
 
     fn parse_str(text: &str) -> Result<Settings, ConfigError> {
         parse(text, Path::new("config.toml"))
+    }
+
+    #[test]
+    fn limits_resolve_a_users_own_entry_then_their_groups_then_the_defaults() {
+        let s = parse_str(
+            "[limits]\nmax_gpus_per_user = 2\nmax_mem_per_user = \"64G\"\nmax_queued_per_user = 100\n\n\
+             [limits.users.alice]\nmax_gpus_per_user = 6\n\n\
+             [limits.groups.lab]\nmax_gpus_per_user = 4\nmax_queued_per_user = 500\n\n\
+             [limits.groups.zoo]\nmax_gpus_per_user = 1\nmax_gpus_per_job = 1\n",
+        )
+        .unwrap();
+        let l = &s.limits;
+        assert!(l.caps_anything());
+        let alice = l.caps_for("alice", &["lab".into()]);
+        let held = alice.held.unwrap();
+        assert_eq!(held.cap.gpus, Some(6));
+        assert_eq!(held.gpus_from, "[limits.users.alice]");
+        assert_eq!(
+            (held.cap.mem, held.mem_from.as_str()),
+            (Some(64 << 30), "[limits]")
+        );
+        assert_eq!(
+            alice.max_queued,
+            Some((500, "[limits.groups.lab]".to_string()))
+        );
+        let bob = l.caps_for("bob", &["zoo".into(), "lab".into()]);
+        assert_eq!(bob.held.unwrap().cap.gpus, Some(4), "lab comes before zoo");
+        assert_eq!(
+            bob.max_gpus_per_job,
+            Some((1, "[limits.groups.zoo]".to_string()))
+        );
+        let carol = l.caps_for("carol", &[]);
+        assert_eq!(carol.held.unwrap().cap.gpus, Some(2));
+        assert_eq!(carol.max_gpus_per_job, None);
+        assert!(!parse_str("").unwrap().limits.caps_anything());
+        match parse_str("[limits]\nmax_gpus_per_user = \"two\"\n").unwrap_err() {
+            ConfigError::Parse { line, .. } => assert_eq!(line, 2),
+            other => panic!("{other}"),
+        }
+        match parse_str("[limits.users.alice]\nmax_gpus = 2\n").unwrap_err() {
+            ConfigError::Parse { line, message, .. } => {
+                assert!(
+                    line == 2 && message.contains("unknown field `max_gpus`"),
+                    "{message}"
+                )
+            }
+            other => panic!("{other}"),
+        }
     }
 
     #[test]

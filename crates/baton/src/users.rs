@@ -61,6 +61,31 @@ fn lookup(
     }
 }
 
+/// The name of group `gid`, if the system knows it.
+pub fn group_name(gid: u32) -> Option<String> {
+    let mut buf: Vec<libc::c_char> = vec![0; 4096];
+    loop {
+        // SAFETY: group is plain old data; getgrgid_r fills it with pointers into `buf`.
+        let mut grp: libc::group = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::group = std::ptr::null_mut();
+        let rc =
+            unsafe { libc::getgrgid_r(gid, &mut grp, buf.as_mut_ptr(), buf.len(), &mut result) };
+        if rc == libc::ERANGE && buf.len() < (1 << 20) {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 || result.is_null() {
+            return None;
+        }
+        // SAFETY: on success gr_name points to a NUL-terminated string inside `buf`.
+        return Some(
+            unsafe { CStr::from_ptr(grp.gr_name) }
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+}
+
 /// The supplementary groups of an account (as `initgroups` would set them).
 pub fn groups_of(account: &Account) -> Vec<u32> {
     let Ok(name) = CString::new(account.name.clone()) else {

@@ -77,13 +77,16 @@ fn data_home(b: &Baton, user: &TestUser) -> PathBuf {
 }
 
 fn submit_as(b: &Baton, user: &TestUser, script: &str) -> u64 {
+    submit_as_with(b, user, &[], script)
+}
+
+/// [`submit_as`], with `opts` before the command.
+fn submit_as_with(b: &Baton, user: &TestUser, opts: &[&str], script: &str) -> u64 {
     let work = b.work.to_string_lossy().into_owned();
-    let out = as_user(
-        b,
-        user,
-        &["submit", "--cwd", &work, "--", "sh", "-c", script],
-    )
-    .expect(0);
+    let mut args = vec!["submit", "--cwd", &work];
+    args.extend_from_slice(opts);
+    args.extend_from_slice(&["--", "sh", "-c", script]);
+    let out = as_user(b, user, &args).expect(0);
     out.stdout.trim().parse().unwrap()
 }
 
@@ -1036,4 +1039,40 @@ fn an_admin_reads_every_job_and_acts_only_on_their_own() {
         "no button that would be refused: {page}"
     );
     as_user(&b, &alice, &["cancel", &id]).expect(0);
+}
+
+/// `[limits]` on a shared daemon: one user at their GPU cap waits, saying so, while another
+/// user's job starts on the free GPU; a user's own entry lifts the cap for them alone.
+#[test]
+fn a_user_at_their_cap_waits_while_another_user_runs() {
+    let Some(Shared { b, alice, bob }) = shared_daemon(
+        "l",
+        "[limits]\nmax_gpus_per_user = 1\n\n[limits.users.BOB]\nmax_gpus_per_user = 2\n",
+    ) else {
+        return;
+    };
+    let a1 = submit_as_with(&b, &alice, &["--gpus", "1"], "sleep 60");
+    b.wait_running(a1);
+    let a2 = submit_as_with(&b, &alice, &["--gpus", "1"], "true");
+    let reason = b.wait_reason(a2);
+    assert_eq!(
+        reason,
+        format!(
+            "limit: {} already holds 1 of at most 1 GPU, and this job asks for 1 GPU \
+             ([limits] max_gpus_per_user = 1)",
+            alice.name
+        )
+    );
+    // Bob's job, submitted after alice's second, takes the free GPU.
+    let b1 = submit_as_with(&b, &bob, &["--gpus", "1"], "true");
+    b.wait_ok(&[b1]);
+    assert_eq!(b.state(a2), "queued");
+    // Two GPUs in one job: over alice's cap on its own, within bob's.
+    let out = as_user(&b, &alice, &["submit", "--gpus", "2", "--", "true"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("can never start"), "{out:?}");
+    let b2 = submit_as_with(&b, &bob, &["--gpus", "2", "--hold"], "true");
+    as_user(&b, &bob, &["cancel", &b2.to_string()]).expect(0);
+    as_user(&b, &alice, &["cancel", &a1.to_string()]).expect(0);
+    b.wait_ok(&[a2]);
 }

@@ -112,14 +112,7 @@ pub async fn admit(
             crate::users::name_of(daemon.uid)
         )));
     }
-    if daemon.config.system
-        && !daemon.config.limits.admins.is_empty()
-        && daemon
-            .config
-            .limits
-            .admins
-            .contains(&crate::users::name_of(peer.uid))
-    {
+    if daemon.admin_uids.contains(&peer.uid) {
         peer.reads_all = true;
         request.extensions_mut().insert(ConnectInfo(peer));
     }

@@ -10,6 +10,7 @@ mod error;
 pub(crate) mod handlers;
 mod hook;
 mod host;
+mod limits;
 pub(crate) mod midrun;
 mod monitor;
 mod outbox;
@@ -172,6 +173,10 @@ pub struct Daemon {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Read-only connections for listings, history and stats: they never take the lock.
     readers: crate::store::Readers,
+    /// Each user's `[limits]` caps, resolved once.
+    caps: limits::CapsCache,
+    /// The uids of `[limits] admins` on a shared daemon, looked up once at startup.
+    admin_uids: HashSet<u32>,
     /// Where retention stands (`retention.rs`).
     retention: retention::State,
     /// How many ended jobs the store holds (the default `status` view says how many it leaves
@@ -248,6 +253,14 @@ impl Daemon {
         })?;
         recent_uses.shrink_to_fit();
         let readers = crate::store::Readers::new(&config.home.join("baton.db"));
+        let admin_uids = if config.system {
+            let admins = config.limits.admins.iter();
+            admins
+                .filter_map(|name| users::by_name(name).map(|a| a.uid))
+                .collect()
+        } else {
+            HashSet::new()
+        };
         let ended_jobs = store.count_ended(&Default::default())?.into();
         let jobs = JobTable::load(store)?;
         let gpu_info = probe.gpus();
@@ -308,6 +321,8 @@ impl Daemon {
             tag,
             metrics: Arc::new(crate::metrics::Metrics::new()),
             readers,
+            caps: Default::default(),
+            admin_uids,
             retention: Default::default(),
             ended_jobs,
             progress: Mutex::new(HashMap::new()),

@@ -364,11 +364,11 @@ impl Daemon {
             .collect()
     }
 
-    /// GPUs `gpus` (every GPU: `None`) from `from` to `to`: the monitor's own samples when the
-    /// span starts within the hour it keeps in memory, else the store's per-minute means (their
-    /// memory the minute's peak), so a chart of last month costs what one of the last hour does.
-    /// The store's rows are read on a read-only connection off the async workers, summed into
-    /// about [`CHART_POINTS`] spans.
+    /// GPUs `gpus` (every GPU: `None`) from `from` to `to`: the monitor's own samples for what
+    /// its in-memory rings hold (the last hour, since the daemon started), and before that the
+    /// store's per-minute means (their memory the minute's peak), so a chart of last month costs
+    /// what one of the last hour does and a restart leaves no hole. The store's rows are read on
+    /// a read-only connection off the async workers, summed into about [`CHART_POINTS`] spans.
     pub(crate) async fn gpu_series(
         self: &Arc<Self>,
         gpus: Option<&[u32]>,
@@ -376,42 +376,62 @@ impl Daemon {
         to: Millis,
     ) -> Result<Vec<GpuSeries>, super::ApiError> {
         let wanted = |gpu: u32| gpus.is_none_or(|g| g.contains(&gpu));
-        if from >= now_ms() - SERIES_SPAN_MS {
+        // Each GPU's samples in memory, and the time the first of them stands for.
+        let mut out: Vec<(GpuSeries, Millis)> = {
             let inner = self.lock();
-            return Ok(inner
+            inner
                 .monitor
                 .gpus
                 .iter()
                 .filter(|(gpu, _)| wanted(**gpu))
-                .map(|(&gpu, ring)| GpuSeries {
-                    gpu,
-                    points: ring.since(from).filter(|p| p.at <= to).copied().collect(),
+                .map(|(&gpu, ring)| {
+                    let start = ring.oldest().map_or(Millis::MAX, |p| p.at);
+                    let points = ring.since(from).filter(|p| p.at <= to).copied().collect();
+                    (GpuSeries { gpu, points }, start)
                 })
-                .collect());
+                .collect()
+        };
+        // What the rings do not reach back to (a minute's slack: the ring's hour is exact).
+        let rings_from = out
+            .iter()
+            .map(|(_, start)| *start)
+            .min()
+            .unwrap_or(Millis::MAX);
+        if from >= rings_from.saturating_sub(60_000) && !out.is_empty() {
+            return Ok(out.into_iter().map(|(series, _)| series).collect());
         }
-        let bucket = ((to - from) / CHART_POINTS).max(60_000);
+        let until = to.min(rings_from);
+        let bucket = ((until - from) / CHART_POINTS).max(60_000);
         let minutes = self
-            .read(move |store| store.gpu_minutes_between(from, to, bucket))
+            .read(move |store| store.gpu_minutes_between(from, until, bucket))
             .await?;
-        let mut out: Vec<GpuSeries> = Vec::new();
-        for m in minutes {
-            if !wanted(m.gpu) {
-                continue;
-            }
-            let point = Point {
+        let mut older: BTreeMap<u32, Vec<Point>> = BTreeMap::new();
+        for m in minutes.into_iter().filter(|m| wanted(m.gpu)) {
+            older.entry(m.gpu).or_default().push(Point {
                 at: m.minute,
                 util: m.mean_util.map(|u| u as f32),
                 mem: m.mem_peak,
-            };
-            match out.last_mut() {
-                Some(series) if series.gpu == m.gpu => series.points.push(point),
-                _ => out.push(GpuSeries {
-                    gpu: m.gpu,
-                    points: vec![point],
-                }),
+            });
+        }
+        for (gpu, points) in &mut older {
+            match out.iter_mut().find(|(s, _)| s.gpu == *gpu) {
+                Some((series, start)) => {
+                    let mut merged: Vec<Point> =
+                        points.iter().filter(|p| p.at < *start).copied().collect();
+                    merged.append(&mut series.points);
+                    series.points = merged;
+                }
+                None => out.push((
+                    GpuSeries {
+                        gpu: *gpu,
+                        points: std::mem::take(points),
+                    },
+                    Millis::MAX,
+                )),
             }
         }
-        Ok(out)
+        out.sort_by_key(|(s, _)| s.gpu);
+        Ok(out.into_iter().map(|(series, _)| series).collect())
     }
 
     /// Carries out one decision and records the outcome.

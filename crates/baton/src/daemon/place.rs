@@ -32,13 +32,15 @@ impl Daemon {
             if pending.is_empty() {
                 return (Vec::new(), None);
             }
-            let plan = baton_core::scheduler::plan_on(
+            let limits = self.limits_for(&inner);
+            let plan = baton_core::scheduler::plan_limited(
                 &self.machine,
                 &running,
                 &pending,
                 &states,
                 now,
                 Default::default(),
+                &limits,
             );
             next_wakeup = plan.next_wakeup;
 

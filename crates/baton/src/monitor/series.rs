@@ -46,6 +46,11 @@ impl Ring {
         self.points.iter().rev()
     }
 
+    /// The oldest point kept.
+    pub fn oldest(&self) -> Option<&Point> {
+        self.points.front()
+    }
+
     /// The points at or after `since`.
     pub fn since(&self, since: Millis) -> impl Iterator<Item = &Point> {
         self.points.iter().filter(move |p| p.at >= since)

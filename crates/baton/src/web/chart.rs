@@ -23,11 +23,18 @@ const COLOURS: [&str; 8] = [
 pub struct Line {
     pub label: String,
     pub points: Vec<(Millis, Option<f64>)>,
+    /// Thinned to each run's largest value rather than its mean: a memory line keeps the spike
+    /// that ran a job out of memory.
+    pub peaks: bool,
 }
 
 /// `points` thinned to at most `max`: each run of consecutive points becomes one, at the run's
-/// first time, with the mean of its known values.
-pub fn thin(points: &[(Millis, Option<f64>)], max: usize) -> Vec<(Millis, Option<f64>)> {
+/// first time, with the mean (or, with `peaks`, the largest) of its known values.
+pub fn thin(
+    points: &[(Millis, Option<f64>)],
+    max: usize,
+    peaks: bool,
+) -> Vec<(Millis, Option<f64>)> {
     if points.len() <= max || max == 0 {
         return points.to_vec();
     }
@@ -36,8 +43,14 @@ pub fn thin(points: &[(Millis, Option<f64>)], max: usize) -> Vec<(Millis, Option
         .chunks(run)
         .map(|chunk| {
             let known: Vec<f64> = chunk.iter().filter_map(|(_, v)| *v).collect();
-            let mean = (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64);
-            (chunk[0].0, mean)
+            let value = (!known.is_empty()).then(|| {
+                if peaks {
+                    known.iter().copied().fold(f64::MIN, f64::max)
+                } else {
+                    known.iter().sum::<f64>() / known.len() as f64
+                }
+            });
+            (chunk[0].0, value)
         })
         .collect()
 }
@@ -46,6 +59,7 @@ pub fn thin(points: &[(Millis, Option<f64>)], max: usize) -> Vec<(Millis, Option
 /// polyline per run of known values.
 fn polylines(
     points: &[(Millis, Option<f64>)],
+    peaks: bool,
     (from, to): (Millis, Millis),
     y_max: f64,
     (x0, y0, w, h): (f64, f64, f64, f64),
@@ -79,7 +93,7 @@ fn polylines(
         }
         run.clear();
     };
-    for (at, value) in thin(points, MAX_POINTS) {
+    for (at, value) in thin(points, MAX_POINTS, peaks) {
         match value {
             Some(v) => {
                 let x = x0 + ((at - from) as f64 / span).clamp(0.0, 1.0) * w;
@@ -108,6 +122,7 @@ pub fn sparkline(
         escape(label),
         polylines(
             points,
+            false,
             (from, to),
             y_max,
             (0.0, 1.0, w, h - 2.0),
@@ -174,6 +189,7 @@ pub fn time_chart(
         let colour = COLOURS[i % COLOURS.len()];
         svg.push_str(&polylines(
             &line.points,
+            line.peaks,
             (from, to),
             y_max,
             (left, 8.0, plot_w, plot_h),
@@ -211,7 +227,7 @@ mod tests {
         let points: Vec<(Millis, Option<f64>)> = (0..10)
             .map(|i| (i * 10, if i == 3 { None } else { Some(i as f64) }))
             .collect();
-        let thinned = thin(&points, 5);
+        let thinned = thin(&points, 5, false);
         assert_eq!(thinned.len(), 5);
         assert_eq!(thinned[0], (0, Some(0.5)));
         assert_eq!(
@@ -219,7 +235,12 @@ mod tests {
             (20, Some(2.0)),
             "the unknown point is not a zero"
         );
-        assert_eq!(thin(&points[..3], 5).len(), 3);
+        assert_eq!(thin(&points[..3], 5, false).len(), 3);
+        assert_eq!(
+            thin(&points, 5, true)[4],
+            (80, Some(9.0)),
+            "peaks keep the largest"
+        );
     }
 
     #[test]
@@ -241,6 +262,7 @@ mod tests {
         let lines = [Line {
             label: "<b>GPU 0</b>".into(),
             points: vec![(0, Some(40.0)), (60_000, Some(80.0))],
+            peaks: false,
         }];
         let svg = time_chart("util", "use", &lines, (0, 60_000), Some(100.0), |v| {
             format!("{v:.0}%")

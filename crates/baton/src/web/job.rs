@@ -229,17 +229,18 @@ async fn gpu_charts(body: &mut String, daemon: &Arc<Daemon>, id: JobId) -> Resul
         body.push_str("<p id=\"gpu-use\">No samples of its GPUs yet.</p>");
         return Ok(());
     }
-    let line = |s: &crate::daemon::GpuSeries, value: &dyn Fn(&Point) -> Option<f64>| Line {
+    let line = |s: &crate::daemon::GpuSeries, value: &dyn Fn(&Point) -> Option<f64>, peaks| Line {
         label: format!("GPU {}", s.gpu),
         points: s.points.iter().map(|p| (p.at, value(p))).collect(),
+        peaks,
     };
     let util: Vec<Line> = series
         .iter()
-        .map(|s| line(s, &|p| p.util.map(f64::from)))
+        .map(|s| line(s, &|p| p.util.map(f64::from), false))
         .collect();
     let memory: Vec<Line> = series
         .iter()
-        .map(|s| line(s, &|p| Some(p.mem as f64)))
+        .map(|s| line(s, &|p| Some(p.mem as f64), true))
         .collect();
     body.push_str(&time_chart(
         "gpu-util",

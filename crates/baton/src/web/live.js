@@ -34,6 +34,9 @@
     else refresh();
   }
   const events = new EventSource("/events");
+  // A change between the page's render and the stream's start (or while the stream was down,
+  // before it reconnected) sends no event: each time the stream opens, fetch once.
+  events.addEventListener("open", soon);
   events.addEventListener("change", soon);
   events.addEventListener("sample", function () {
     if (document.body.dataset.live === "samples") soon();

@@ -353,6 +353,8 @@ async fn events(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Respon
             _ = feed.stopping.changed() => return None,
             seen = feed.changed.changed() => {
                 seen.ok()?;
+                // The page fetched for the change shows the latest sample too.
+                feed.sampled.borrow_and_update();
                 let count = *feed.changed.borrow_and_update();
                 Event::default().event("change").data(count.to_string())
             }

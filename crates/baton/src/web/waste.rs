@@ -73,6 +73,7 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer, since: &str) -> Result<Str
                 .iter()
                 .map(|p| (p.at, p.util.map(f64::from)))
                 .collect(),
+            peaks: false,
         })
         .collect();
     if lines.iter().any(|l| !l.points.is_empty()) {

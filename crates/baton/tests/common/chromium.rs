@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::{Value, json};
@@ -106,14 +106,21 @@ impl Chromium {
 
     /// Its one page, over the page's own DevTools WebSocket.
     pub fn page(&self) -> Page {
-        let body = self.targets();
-        let targets: Vec<Value> = serde_json::from_str(&body).unwrap();
-        let url = targets
-            .iter()
-            .find(|t| t["type"] == "page")
-            .and_then(|t| t["webSocketDebuggerUrl"].as_str())
-            .unwrap_or_else(|| panic!("no page target: {body}"))
-            .to_string();
+        // Its first tab may be listed a moment after DevTools says it listens.
+        let until = Instant::now() + STEP;
+        let url = loop {
+            let body = self.targets();
+            let targets: Vec<Value> = serde_json::from_str(&body).unwrap();
+            if let Some(url) = targets
+                .iter()
+                .find(|t| t["type"] == "page")
+                .and_then(|t| t["webSocketDebuggerUrl"].as_str())
+            {
+                break url.to_string();
+            }
+            assert!(Instant::now() < until, "no page target: {body}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
         let host = url
             .trim_start_matches("ws://")
             .split('/')
@@ -226,7 +233,9 @@ impl Page {
         self.ws
             .send(Message::text(request.to_string()))
             .expect("send to DevTools");
+        let until = Instant::now() + STEP;
         loop {
+            assert!(Instant::now() < until, "no answer to {method} in {STEP:?}");
             let message = self.receive();
             if message["id"] == id {
                 assert!(message["error"].is_null(), "{method}: {}", message["error"]);
@@ -244,7 +253,9 @@ impl Page {
             return self.events.drain(..=at).next_back().unwrap();
         }
         self.events.clear();
+        let until = Instant::now() + STEP;
         loop {
+            assert!(Instant::now() < until, "no {method} in {STEP:?}");
             let message = self.receive();
             if message["method"] == method {
                 return message;

@@ -49,6 +49,7 @@ pub async fn handle(
             }
             return Ok(Json(view));
         }
+        daemon.check_queue_room(&inner, job.owner_uid, 1)?;
         for dep in &job.deps {
             if !inner.jobs.is_active(dep.job) && inner.jobs.store().get(dep.job)?.is_none() {
                 let newest = inner.jobs.store().max_id()?;
@@ -278,6 +279,7 @@ pub(super) fn validate(
         None => ApiError::BadRequest(e.to_string()),
     })?;
     daemon.check_priority(peer, req.priority, "--priority")?;
+    daemon.check_caps(peer.uid, req.context.session().as_deref(), &request)?;
     let max_retries = daemon.config.retries.max;
     if req.retries > max_retries {
         return bad(format!(

@@ -94,6 +94,7 @@ pub async fn submit(
         if let Some(id) = repeat {
             Err(id)
         } else {
+            daemon.check_queue_room(&inner, template.owner_uid, runs.len())?;
             for dep in &template.deps {
                 if !inner.jobs.is_active(dep.job) && inner.jobs.store().get(dep.job)?.is_none() {
                     let newest = inner.jobs.store().max_id()?;

@@ -43,6 +43,14 @@ pub async fn submit(
         if let Some(p) = task.priority {
             daemon.check_priority(&peer, p, &format!("task {}: priority", task.name))?;
         }
+        let host = &daemon.config.host;
+        daemon
+            .check_caps(
+                peer.uid,
+                req.context.session().as_deref(),
+                &task.request_with(host.default_cpus, host.default_mem),
+            )
+            .map_err(|e| bad(format!("line {}: task {}: {e}", task.line, task.name)))?;
     }
     let max_retries = daemon.config.retries.max;
     if let Some(task) = spec.tasks.iter().find(|t| t.retries > max_retries) {
@@ -75,6 +83,7 @@ pub async fn submit(
 
     let (wf, jobs) = {
         let mut inner = daemon.lock();
+        daemon.check_queue_room(&inner, peer.uid, spec.tasks.len())?;
         // Predicted run times: the history of the same task of the same workflow, or of the same
         // command, else the time limit, else a default.
         let mut durations = Vec::with_capacity(spec.tasks.len());

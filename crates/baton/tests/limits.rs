@@ -1,0 +1,116 @@
+//! `[limits]` (issue 19) on a daemon of one user: what one user and one agent session hold at
+//! once, how many jobs one user queues, how many GPUs one job asks for. A job over a cap waits
+//! with a reason that names the cap and holds nobody else up; a request no cap could ever let
+//! start is refused at submission. (Two users, and per-user overrides: tests/system.rs.)
+
+mod common;
+
+use common::{Baton, run_cmd};
+
+/// A daemon on `gpus` simulated GPUs with `limits` as its `[limits]` table.
+fn start(gpus: u32, limits: &str) -> Baton {
+    let mut b = Baton::unstarted();
+    std::fs::create_dir_all(&b.home).unwrap();
+    std::fs::write(b.home.join("config.toml"), format!("[limits]\n{limits}")).unwrap();
+    let gpus = gpus.to_string();
+    b.serve_with(&["serve", "--sim-gpus", &gpus, "--grace", "1s"]);
+    b
+}
+
+/// Submits `args` from Claude Code session `session`; the job id.
+fn submit_in(b: &Baton, session: &str, args: &[&str]) -> u64 {
+    let mut full = vec!["submit"];
+    full.extend_from_slice(args);
+    let mut cmd = b.cmd(full);
+    cmd.env("CLAUDE_CODE_SESSION_ID", session);
+    run_cmd(cmd).expect(0).stdout.trim().parse().unwrap()
+}
+
+#[test]
+fn a_user_at_their_gpu_cap_waits_saying_so_and_holds_nobody_else_up() {
+    let b = start(4, "max_gpus_per_user = 2\nmax_gpus_per_job = 2\n");
+    let first = b.submit(&["--gpus", "2", "--", "sleep", "60"]);
+    b.wait_running(first);
+    let second = b.submit(&["--gpus", "1", "--", "true"]);
+    let reason = b.wait_reason(second);
+    assert_eq!(
+        reason,
+        "limit: root already holds 2 of at most 2 GPUs, and this job asks for 1 GPU \
+         ([limits] max_gpus_per_user = 2)"
+    );
+    // A CPU job is under no GPU cap: it runs while the GPU job waits.
+    let cpu = b.submit(&["--", "true"]);
+    b.wait_ok(&[cpu]);
+    assert_eq!(b.state(second), "queued");
+    // Refused at once: over the per-job cap, or over the user's cap on its own.
+    let out = b.run(&["submit", "--gpus", "3", "--", "true"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr.contains("at most 2 here") && out.stderr.contains("max_gpus_per_job = 2"),
+        "{out:?}"
+    );
+    // Once the first ends, the second starts.
+    b.run(&["cancel", &first.to_string()]).expect(0);
+    b.wait_ok(&[second]);
+}
+
+#[test]
+fn a_request_over_the_users_cap_on_its_own_is_refused_and_the_queue_is_bounded() {
+    let b = start(
+        4,
+        "max_gpus_per_user = 2\nmax_mem_per_user = \"4G\"\nmax_queued_per_user = 2\n",
+    );
+    let out = b.run(&["submit", "--gpus", "3", "--", "true"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr.contains("can never start")
+            && out.stderr.contains("[limits] max_gpus_per_user = 2"),
+        "{out:?}"
+    );
+    let out = b.run(&["submit", "--mem", "8G", "--", "true"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("max_mem_per_user"), "{out:?}");
+    let out = b.run(&["submit", "--array", "1-3", "--hold", "--", "true"]);
+    assert_eq!(out.code, 2, "three more is over two queued: {out:?}");
+    assert!(
+        out.stderr.contains("max_queued_per_user = 2") && out.stderr.contains("0 jobs queued"),
+        "{out:?}"
+    );
+    let held: Vec<u64> = (0..2)
+        .map(|_| b.submit(&["--hold", "--", "true"]))
+        .collect();
+    let out = b.run(&["submit", "--", "true"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("2 jobs queued"), "{out:?}");
+    let ids: Vec<String> = held.iter().map(u64::to_string).collect();
+    let mut args = vec!["cancel"];
+    args.extend(ids.iter().map(String::as_str));
+    b.run(&args).expect(0);
+    b.submit(&["--", "true"]);
+}
+
+#[test]
+fn an_agent_session_cannot_take_its_users_whole_share() {
+    let b = start(4, "max_gpus_per_session = 1\n");
+    let first = submit_in(&b, "s1", &["--gpus", "1", "--", "sleep", "60"]);
+    b.wait_running(first);
+    let second = submit_in(&b, "s1", &["--gpus", "1", "--", "true"]);
+    let reason = b.wait_reason(second);
+    assert!(
+        reason.starts_with("limit: agent session claude:s1 already holds 1 of at most 1 GPU")
+            && reason.ends_with("([limits] max_gpus_per_session = 1)"),
+        "{reason}"
+    );
+    // Another session of the same user has a share of its own.
+    let other = submit_in(&b, "s2", &["--gpus", "1", "--", "true"]);
+    b.wait_ok(&[other]);
+    let out = {
+        let mut cmd = b.cmd(["submit", "--gpus", "2", "--", "true"]);
+        cmd.env("CLAUDE_CODE_SESSION_ID", "s1");
+        run_cmd(cmd)
+    };
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("max_gpus_per_session = 1"), "{out:?}");
+    b.run(&["cancel", &first.to_string()]).expect(0);
+    b.wait_ok(&[second]);
+}
