@@ -179,16 +179,43 @@ impl Store {
     /// Every workflow, oldest first, with how many of its tasks have ended and how many it has
     /// (`baton workflow list`).
     pub fn workflow_rows(&self) -> Result<Vec<(WorkflowRecord, u32, u32)>, StoreError> {
+        self.workflow_rows_where("", -1)
+    }
+
+    /// The workflows not yet ended and the `ended` newest that have, oldest first, as
+    /// [`Store::workflow_rows`] (the dashboard's overview: bounded however long the history).
+    pub fn workflow_rows_recent(
+        &self,
+        ended: u32,
+    ) -> Result<Vec<(WorkflowRecord, u32, u32)>, StoreError> {
+        self.workflow_rows_where(
+            "WHERE ended_at IS NULL OR id IN (SELECT id FROM workflows \
+             WHERE ended_at IS NOT NULL ORDER BY id DESC LIMIT ?1)",
+            i64::from(ended),
+        )
+    }
+
+    /// The rows `clause` selects (`?1` is `limit`, when it uses one).
+    fn workflow_rows_where(
+        &self,
+        clause: &str,
+        limit: i64,
+    ) -> Result<Vec<(WorkflowRecord, u32, u32)>, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {}, \
              (SELECT COUNT(*) FROM jobs WHERE workflow_id = workflows.id \
                  AND state NOT IN ('queued', 'running')) AS tasks_done, \
              (SELECT COUNT(*) FROM jobs WHERE workflow_id = workflows.id) AS tasks_total \
-             FROM workflows ORDER BY id",
+             FROM workflows {clause} ORDER BY id",
             WorkflowColumns::LIST
         ))?;
         let c = WorkflowColumns::of(&stmt)?;
-        let rows = stmt.query_map([], |r| {
+        let bound: Vec<i64> = if clause.contains("?1") {
+            vec![limit]
+        } else {
+            Vec::new()
+        };
+        let rows = stmt.query_map(rusqlite::params_from_iter(bound), |r| {
             Ok((
                 read_workflow(r, &c)?,
                 r.get("tasks_done")?,
@@ -280,6 +307,46 @@ mod tests {
         assert_eq!(jobs[1].colocate, [ids[2]]);
         assert!(jobs[0].colocate.is_empty() && jobs[2].colocate.is_empty());
         assert_eq!(store.get(ids[1]).unwrap().unwrap().colocate, [ids[2]]);
+    }
+
+    #[test]
+    fn the_recent_rows_are_the_unfinished_and_the_newest_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
+        let mut ids = Vec::new();
+        for n in 0..4 {
+            let wf = NewWorkflow {
+                name: format!("wf{n}"),
+                atomic: false,
+                owner_uid: 1000,
+                owner: "alice".into(),
+                source: "wf.yaml".into(),
+                submitted_at: n,
+                tasks: vec![NewTask {
+                    job: new_job(&["true"]),
+                    after: Vec::new(),
+                    colocate: Vec::new(),
+                }],
+            };
+            ids.push(store.insert_workflow(&wf).unwrap().0.id);
+        }
+        // The first, second and fourth ended; the third has not.
+        for &i in &[0, 1, 3] {
+            store
+                .set_workflow_state(ids[i], WorkflowState::Succeeded, Some(10))
+                .unwrap();
+        }
+        let shown = |rows: Vec<(WorkflowRecord, u32, u32)>| -> Vec<u64> {
+            rows.iter().map(|(w, _, _)| w.id).collect()
+        };
+        assert_eq!(
+            shown(store.workflow_rows_recent(2).unwrap()),
+            [ids[1], ids[2], ids[3]]
+        );
+        assert_eq!(shown(store.workflow_rows_recent(0).unwrap()), [ids[2]]);
+        let all = store.workflow_rows().unwrap();
+        assert_eq!(all.len(), 4);
+        assert_eq!((all[0].1, all[0].2), (0, 1), "tasks ended, of how many");
     }
 
     #[test]

@@ -27,8 +27,8 @@ const ENDED_WORKFLOWS_SHOWN: usize = 5;
 
 /// The overview for `peer`, as the socket's API would show it to them.
 pub async fn render(daemon: &Arc<Daemon>, peer: Peer) -> Result<String, ApiError> {
-    let Json(workflows) =
-        handlers::workflow_list::handle(State(Arc::clone(daemon)), ConnectInfo(peer)).await?;
+    let workflows =
+        handlers::workflow_list::recent(daemon, &peer, ENDED_WORKFLOWS_SHOWN as u32).await?;
     let recent = SinceQuery {
         since_ms: Some(FLAGS_SPAN_MS),
     };
