@@ -903,6 +903,46 @@ impl BatonTools {
             Err(e) => client_error(e),
         })
     }
+
+    #[tool(
+        description = "Where you (and each user with jobs here) stand against this server's \
+        limits: GPUs, CPUs and memory your jobs hold now, jobs running and queued, each beside \
+        its cap, and the most GPUs one job may ask for. Plan a sweep's size with it: a job \
+        over a cap waits (its reason says which), one over a cap on its own is refused.",
+        input_schema = input_schema::<NoArgs>()
+    )]
+    async fn usage(&self, args: JsonObject) -> Result<CallToolResult, ErrorData> {
+        if let Err(e) = parse::<NoArgs>("usage", args) {
+            return Ok(error(e));
+        }
+        Ok(match self.call(|c| c.usage()).await {
+            Ok(rows) => {
+                let cap = |held: String, max: Option<String>| match max {
+                    Some(max) => format!("{held} of at most {max}"),
+                    None => format!("{held} (no cap)"),
+                };
+                let mut text = String::new();
+                for r in &rows {
+                    text.push_str(&format!(
+                        "{}: GPUs {}, CPUs {}, memory {}; {} running, queued {}; a job may ask \
+                         for {}\n",
+                        r.user,
+                        cap(r.gpus.to_string(), r.max_gpus.map(|m| m.to_string())),
+                        cap(r.cpus.to_string(), r.max_cpus.map(|m| m.to_string())),
+                        cap(format_size(r.mem), r.max_mem.map(format_size)),
+                        r.running,
+                        cap(r.queued.to_string(), r.max_queued.map(|m| m.to_string())),
+                        r.max_gpus_per_job.map_or_else(
+                            || "any number of GPUs".to_string(),
+                            |m| format!("{m} GPUs")
+                        ),
+                    ));
+                }
+                done(text, json!({ "users": rows }))
+            }
+            Err(e) => client_error(e),
+        })
+    }
 }
 
 /// What a wait that timed out says about the jobs still running: true for each job's channels

@@ -49,6 +49,17 @@ fn a_user_at_their_gpu_cap_waits_saying_so_and_holds_nobody_else_up() {
         out.stderr.contains("at most 2 here") && out.stderr.contains("max_gpus_per_job = 2"),
         "{out:?}"
     );
+    // `baton usage` says where the user stands.
+    let usage = b.run(&["usage", "--json"]).expect(0).json();
+    let me = &usage.as_array().unwrap()[0];
+    assert_eq!(
+        (&me["gpus"], &me["max_gpus"], &me["running"], &me["queued"]),
+        (&2.into(), &2.into(), &1.into(), &1.into()),
+        "{usage}"
+    );
+    assert_eq!(me["max_gpus_per_job"], 2, "{usage}");
+    let table = b.run(&["usage"]).expect(0).stdout;
+    assert!(table.contains("USER") && table.contains(" 2/2 "), "{table}");
     // Once the first ends, the second starts.
     b.run(&["cancel", &first.to_string()]).expect(0);
     b.wait_ok(&[second]);

@@ -77,6 +77,7 @@ fn an_mcp_client_submits_waits_reads_the_report_and_gets_clear_errors() {
         "signal_job",
         "wait_for_jobs",
         "gpu_status",
+        "usage",
         "submit_sweep",
         "sweep_status",
     ] {

@@ -749,6 +749,10 @@ impl Client {
         self.get("/gpus")
     }
 
+    pub fn usage(&self) -> Result<Vec<UsageRow>, ClientError> {
+        self.get("/usage")
+    }
+
     /// Waste decisions of the last `since_ms` (all kept, if `None`).
     pub fn audit(&self, since_ms: Option<i64>) -> Result<Vec<AuditView>, ClientError> {
         self.get(&since_target("/audit", since_ms))

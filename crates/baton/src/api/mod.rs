@@ -1100,6 +1100,25 @@ pub struct WorkflowTaskView {
     pub job: JobView,
 }
 
+/// `GET /v1/usage`: where a user stands against `[limits]` (`baton usage`, MCP `usage`): what
+/// their jobs hold now and how many they have queued, beside their caps (`None`: no cap).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRow {
+    pub user: String,
+    pub uid: u32,
+    /// Held by their running jobs and by GPUs reserved for their queued ones.
+    pub gpus: u64,
+    pub cpus: u64,
+    pub mem: u64,
+    pub running: u32,
+    pub queued: u32,
+    pub max_gpus: Option<u32>,
+    pub max_cpus: Option<u32>,
+    pub max_mem: Option<u64>,
+    pub max_queued: Option<u32>,
+    pub max_gpus_per_job: Option<u32>,
+}
+
 /// `GET /v1/audit?since_ms=MS` and `GET /v1/stats?since_ms=MS`: how far back to look (a
 /// duration before now; absent: everything kept).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

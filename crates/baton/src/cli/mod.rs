@@ -30,6 +30,7 @@ mod status;
 mod submit;
 mod sweep;
 mod update;
+mod usage;
 mod wait;
 mod workflow;
 
@@ -87,6 +88,9 @@ pub enum Command {
     Events(events::Args),
     /// Show each GPU: model, memory, utilisation, and the jobs on it.
     Gpus,
+    /// Where each user stands against the daemon's `[limits]`: GPUs, CPUs and memory held now,
+    /// jobs running and queued, each beside its cap.
+    Usage,
     /// Which daemon answers (its pid, state directory, socket), its GPUs and how it contains jobs.
     Info,
     /// Stop the daemon (as SIGTERM would); running jobs keep running.
@@ -185,6 +189,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Logs(args) => logs::run(args, json),
         Command::Events(args) => events::run(args, json),
         Command::Gpus => gpus::run(json),
+        Command::Usage => usage::run(json),
         Command::Info => info::run(json),
         Command::Shutdown => shutdown::run(json),
         Command::Dashboard(args) => dashboard::run(args, json),

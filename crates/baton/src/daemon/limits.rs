@@ -21,7 +21,7 @@ pub(super) struct CapsCache(std::sync::Mutex<HashMap<u32, Arc<ResolvedCaps>>>);
 
 impl Daemon {
     /// The caps of user `uid`.
-    pub(super) fn user_caps(&self, uid: u32) -> Arc<ResolvedCaps> {
+    pub(crate) fn user_caps(&self, uid: u32) -> Arc<ResolvedCaps> {
         let mut cache = self.caps.0.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(caps) = cache.get(&uid) {
             return Arc::clone(caps);

@@ -24,6 +24,7 @@ pub(crate) mod stats;
 mod submit;
 pub(crate) mod sweep;
 mod update;
+mod usage;
 mod wait;
 mod web;
 pub(crate) mod workflow;
@@ -61,6 +62,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/hook/claim", post(hook::claim))
         .route("/hook/delivered", post(hook::delivered))
         .route("/gpus", get(gpus::handle))
+        .route("/usage", get(usage::handle))
         .route("/audit", get(audit::handle))
         .route("/stats", get(stats::handle))
         .route("/slurm/poke", post(slurm::poke))

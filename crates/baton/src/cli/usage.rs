@@ -1,0 +1,91 @@
+//! `baton usage`: where each user stands against the daemon's `[limits]`: the GPUs, CPUs and
+//! memory their jobs hold now and how many they have queued, each beside its cap.
+
+use std::process::ExitCode;
+
+use baton_core::units::format_size;
+
+use super::print_json;
+use crate::api::UsageRow;
+use crate::edge::connect::client;
+
+pub fn run(json: bool) -> anyhow::Result<ExitCode> {
+    let rows = client().usage()?;
+    if json {
+        print_json(&rows);
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", table(&rows));
+    if rows.iter().all(|r| {
+        r.max_gpus.is_none()
+            && r.max_cpus.is_none()
+            && r.max_mem.is_none()
+            && r.max_queued.is_none()
+            && r.max_gpus_per_job.is_none()
+    }) {
+        println!("no limits: `[limits] max_gpus_per_user` and the rest in config.toml set them");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `held` against `max`: `2/4`, or `2` with no cap.
+fn against(held: String, max: Option<String>) -> String {
+    match max {
+        Some(max) => format!("{held}/{max}"),
+        None => held,
+    }
+}
+
+/// The rows as the command prints them.
+fn table(rows: &[UsageRow]) -> String {
+    let mut out = format!(
+        "{:<16} {:>7} {:>7} {:>19} {:>7} {:>9} {:>8}\n",
+        "USER", "GPUS", "CPUS", "MEMORY", "RUNNING", "QUEUED", "PER JOB"
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "{:<16} {:>7} {:>7} {:>19} {:>7} {:>9} {:>8}\n",
+            r.user,
+            against(r.gpus.to_string(), r.max_gpus.map(|m| m.to_string())),
+            against(r.cpus.to_string(), r.max_cpus.map(|m| m.to_string())),
+            against(format_size(r.mem), r.max_mem.map(format_size)),
+            r.running,
+            against(r.queued.to_string(), r.max_queued.map(|m| m.to_string())),
+            r.max_gpus_per_job
+                .map_or_else(|| "-".to_string(), |m| format!("{m} GPUs")),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_figure_stands_beside_its_cap() {
+        let row = UsageRow {
+            user: "alice".into(),
+            uid: 1000,
+            gpus: 2,
+            cpus: 8,
+            mem: 16 << 30,
+            running: 2,
+            queued: 3,
+            max_gpus: Some(4),
+            max_cpus: None,
+            max_mem: Some(64 << 30),
+            max_queued: Some(500),
+            max_gpus_per_job: Some(2),
+        };
+        let text = table(&[row]);
+        let line = text.lines().nth(1).unwrap();
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            cells,
+            [
+                "alice", "2/4", "8", "16", "GiB/64", "GiB", "2", "3/500", "2", "GPUs"
+            ]
+        );
+    }
+}
