@@ -20,7 +20,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits::{LimitHit, Limits};
+use crate::limits::{Account, Held, LimitHit, Limits};
 use crate::model::{Gpu, JobId, JobState, Millis, PendingJob, ResourceRequest, RunningJob};
 use crate::placement::{Free, Occupancy};
 use crate::units::format_duration;
@@ -221,8 +221,9 @@ pub fn plan_on(
 }
 
 /// [`plan_on`], with `limits` on what each user and agent session holds at once: a job that
-/// would take one past its cap waits (`WaitReason::Limit`) and takes no reservation. An atomic
-/// workflow's admission is not checked against them; what it reserved counts as held.
+/// would take one past its cap waits (`WaitReason::Limit`) and takes no reservation; an atomic
+/// workflow is admitted only if all of it fits within them, and what it reserved counts as
+/// held.
 pub fn plan_limited(
     cluster: &Occupancy,
     running: &[RunningJob],
@@ -334,6 +335,7 @@ pub fn plan_limited(
                 states,
                 now,
                 options,
+                (limits, &mut held),
                 &mut occupancy,
                 &mut holders,
                 &mut reservation,
@@ -459,6 +461,7 @@ fn admit_gang(
     states: &HashMap<JobId, JobState>,
     now: Millis,
     options: PlanOptions,
+    (limits, held): (&Limits, &mut HashMap<Account, Held>),
     occupancy: &mut Occupancy,
     holders: &mut Vec<RunningJob>,
     reservation: &mut Option<Reservation>,
@@ -467,6 +470,18 @@ fn admit_gang(
     let Some(head) = members.first() else {
         return;
     };
+    // All of it at once within its owner's (and session's) caps, or it waits whole, taking no
+    // reservation: it is not ready, as a single job at a cap is not.
+    let mut after = held.clone();
+    for m in members {
+        if let Err(hit) = limits.check(m.id, &m.request, &after) {
+            for m in members {
+                out.waiting.push((m.id, WaitReason::Limit(hit.clone())));
+            }
+            return;
+        }
+        limits.take(m.id, &m.request, &mut after);
+    }
     let requests: Vec<ResourceRequest> = members.iter().map(|m| m.request).collect();
     if cluster.choose_all(&requests).is_none() {
         let free = occupancy.free();
@@ -527,6 +542,7 @@ fn admit_gang(
             let _ = r.held_then.hold(g, &m.request);
         }
     }
+    *held = after;
     let mut admission = Admission {
         gang,
         reserved: Vec::with_capacity(members.len()),
@@ -852,6 +868,58 @@ mod tests {
             [2, 4],
             "job 4 backfills: no limit, no time limit"
         );
+    }
+
+    #[test]
+    fn an_atomic_workflow_is_admitted_only_if_all_of_it_fits_its_owners_cap() {
+        use crate::limits::{Account, AccountCap, Cap};
+        let alice = Account::User(1000);
+        let limits = |max: u32| Limits {
+            accounts_of: (1..=3).map(|i| (JobId(i), vec![alice.clone()])).collect(),
+            caps: [(
+                alice.clone(),
+                AccountCap::new(
+                    "alice",
+                    "[limits]",
+                    Cap {
+                        gpus: Some(max),
+                        ..Cap::default()
+                    },
+                ),
+            )]
+            .into_iter()
+            .collect(),
+        };
+        let gang = |id: u64| PendingJob {
+            gang: Some(7),
+            ..job(id, 1)
+        };
+        let g = gpus(4);
+        let pass = |max: u32| {
+            plan_limited(
+                &Occupancy::new(&g),
+                &[],
+                &[gang(1), gang(2), gang(3)],
+                &HashMap::new(),
+                0,
+                PlanOptions::default(),
+                &limits(max),
+            )
+        };
+        let over = pass(2);
+        assert!(
+            over.admissions.is_empty() && over.starts.is_empty(),
+            "{over:?}"
+        );
+        assert!(
+            over.waiting
+                .iter()
+                .all(|(_, r)| matches!(r, WaitReason::Limit(_))),
+            "{over:?}"
+        );
+        let within = pass(3);
+        assert_eq!(within.admissions.len(), 1, "{within:?}");
+        assert_eq!(started(&within), [1, 2, 3]);
     }
 
     #[test]

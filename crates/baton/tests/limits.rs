@@ -125,3 +125,43 @@ fn an_agent_session_cannot_take_its_users_whole_share() {
     b.run(&["cancel", &first.to_string()]).expect(0);
     b.wait_ok(&[second]);
 }
+
+#[test]
+fn an_atomic_workflow_over_the_cap_as_a_whole_is_refused_and_one_within_runs() {
+    let b = start(4, "max_gpus_per_user = 2\n");
+    let file = b.path("gang.yaml");
+    std::fs::write(
+        &file,
+        "name: gang\natomic: true\ntasks:\n  a: {command: \"true\", gpus: 1}\n  \
+         b: {command: \"true\", gpus: 1}\n  c: {command: \"true\", gpus: 1}\n",
+    )
+    .unwrap();
+    let out = b.run(&["workflow", "submit", &file.display().to_string()]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr.contains("atomic: all its tasks at once")
+            && out.stderr.contains("max_gpus_per_user = 2"),
+        "{out:?}"
+    );
+    std::fs::write(
+        &file,
+        "name: gang\natomic: true\ntasks:\n  a: {command: \"true\", gpus: 1}\n  \
+         b: {command: \"true\", gpus: 1, after: [a]}\n",
+    )
+    .unwrap();
+    let out = b
+        .run(&["workflow", "submit", &file.display().to_string()])
+        .expect(0);
+    let wf = out.stdout.trim().to_string();
+    let status = b
+        .run(&["workflow", "status", &wf, "--json"])
+        .expect(0)
+        .json();
+    let ids: Vec<u64> = status["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["job"]["id"].as_u64().unwrap())
+        .collect();
+    b.wait_ok(&ids);
+}

@@ -90,6 +90,21 @@ impl Daemon {
                 request.count
             )));
         }
+        self.check_held_caps(uid, session, request)
+    }
+
+    /// Refuses what user `uid` (or its agent `session`) could never hold at once under its
+    /// caps: one job's request, or all of an atomic workflow's together.
+    pub(super) fn check_held_caps(
+        &self,
+        uid: u32,
+        session: Option<&str>,
+        request: &ResourceRequest,
+    ) -> Result<(), ApiError> {
+        if !self.config.limits.caps_anything() {
+            return Ok(());
+        }
+        let caps = self.user_caps(uid);
         let never = |hit: LimitHit| {
             ApiError::BadRequest(format!(
                 "this job can never start: alone it is over a limit ({})",

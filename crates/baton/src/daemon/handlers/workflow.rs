@@ -81,6 +81,20 @@ pub async fn submit(
     let now = now_ms();
     let owner = users::name_of(peer.uid);
 
+    if spec.atomic {
+        // All its tasks hold their GPUs at once: together they must fit the caps.
+        let host = &daemon.config.host;
+        let mut whole = baton_core::ResourceRequest::whole(0);
+        for task in &spec.tasks {
+            let r = task.request_with(host.default_cpus, host.default_mem);
+            whole.count += r.count;
+            whole.cpus += r.cpus;
+            whole.mem += r.mem;
+        }
+        daemon
+            .check_held_caps(peer.uid, req.context.session().as_deref(), &whole)
+            .map_err(|e| bad(format!("atomic: all its tasks at once: {e}")))?;
+    }
     let (wf, jobs) = {
         let mut inner = daemon.lock();
         daemon.check_queue_room(&inner, peer.uid, spec.tasks.len())?;
