@@ -13,9 +13,9 @@ pub fn rfc3339(ms: Millis) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-/// The job as `peer` may see it: whole for its owner and root, and for another user of a shared
-/// daemon without what is theirs alone (command, working directory, tags, channels, session),
-/// as Slurm's `PrivateData=jobs` would.
+/// The job as `peer` may see it: whole for its owner, root and the admins; for another user of
+/// a shared daemon without what is theirs alone (command, working directory, tags, channels,
+/// session), as Slurm's `PrivateData=jobs` would.
 pub fn job_view_for(peer: &Peer, job: &JobRecord) -> JobView {
     let mut view = job_view(job);
     if !peer.may_read(job) {
