@@ -146,6 +146,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             tracing::warn!("[limits] admins: no user is called {admin:?}");
         }
     }
+    for user in settings.limits.users.keys() {
+        if crate::users::by_name(user).is_none() {
+            tracing::warn!("[limits.users.{user}]: no user is called {user:?}; it caps nobody");
+        }
+    }
     let host = settings
         .resources
         .host(args.cpus, args.memory, crate::config::detect_host())
