@@ -35,7 +35,9 @@ pub async fn render(daemon: &Arc<Daemon>, peer: Peer) -> Result<String, ApiError
     let Json(flags) =
         handlers::audit::handle(State(Arc::clone(daemon)), ConnectInfo(peer), Query(recent))
             .await?;
-    let gpus = daemon.gpu_views();
+    // The probe reads the GPUs (NVML calls block): off the async workers.
+    let probe = Arc::clone(daemon);
+    let gpus = daemon.blocking(move || Ok(probe.gpu_views())).await?;
     let now = now_ms();
     let series = daemon.gpu_series(None, now - SPARK_SPAN_MS, now).await?;
     let jobs = daemon.active_jobs();
