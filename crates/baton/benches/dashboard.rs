@@ -75,14 +75,7 @@ fn main() {
     // `cargo bench` passes `--bench`; nothing here takes arguments.
     let runs = env_number("RUNS", 20).max(1);
     let history = env_number("HISTORY", 1000);
-    let mut b = Baton::unstarted();
-    std::fs::create_dir_all(&b.home).unwrap();
-    std::fs::write(
-        b.home.join("config.toml"),
-        "[waste]\nsample_interval = \"1s\"\n",
-    )
-    .unwrap();
-    b.serve_with(&["serve", "--sim-gpus", "4", "--web-addr", "127.0.0.1:0"]);
+    let (mut b, _) = common::with_dashboard(4, "[waste]\nsample_interval = \"1s\"\n");
     let Some(chromium) = Chromium::launch() else {
         eprintln!("no Chromium: apt install chromium");
         std::process::exit(1);

@@ -307,16 +307,20 @@ pub struct ResolvedCaps {
 }
 
 impl LimitSettings {
-    /// Whether any cap on users or sessions is set (else the scheduler skips limits).
-    pub fn caps_anything(&self) -> bool {
-        let own = UserCaps {
+    /// `[limits]`'s own per-user caps: what applies where no override does.
+    fn defaults(&self) -> UserCaps {
+        UserCaps {
             max_gpus_per_user: self.max_gpus_per_user,
             max_cpus_per_user: self.max_cpus_per_user,
             max_mem_per_user: self.max_mem_per_user,
             max_queued_per_user: self.max_queued_per_user,
             max_gpus_per_job: self.max_gpus_per_job,
-        };
-        own != UserCaps::default()
+        }
+    }
+
+    /// Whether any cap on users or sessions is set (else the scheduler skips limits).
+    pub fn caps_anything(&self) -> bool {
+        self.defaults() != UserCaps::default()
             || self.session_cap().is_some()
             || !self.users.is_empty()
             || !self.groups.is_empty()
@@ -344,13 +348,7 @@ impl LimitSettings {
                 layers.push((format!("[limits.groups.{group}]"), caps));
             }
         }
-        let base = UserCaps {
-            max_gpus_per_user: self.max_gpus_per_user,
-            max_cpus_per_user: self.max_cpus_per_user,
-            max_mem_per_user: self.max_mem_per_user,
-            max_queued_per_user: self.max_queued_per_user,
-            max_gpus_per_job: self.max_gpus_per_job,
-        };
+        let base = self.defaults();
         layers.push(("[limits]".to_string(), &base));
         // The value of one key, and the layer it came from.
         fn pick<T: Copy>(

@@ -31,30 +31,7 @@ fn save_screenshot(page: &mut Page, name: &str) {
 
 /// A daemon on 2 simulated GPUs serving the dashboard, sampling them every second.
 fn start() -> (Baton, String) {
-    let mut b = Baton::unstarted();
-    std::fs::create_dir_all(&b.home).unwrap();
-    std::fs::write(
-        b.home.join("config.toml"),
-        "[waste]\nsample_interval = \"1s\"\n",
-    )
-    .unwrap();
-    b.serve_with(&[
-        "serve",
-        "--sim-gpus",
-        "2",
-        "--grace",
-        "1s",
-        "--web-addr",
-        "127.0.0.1:0",
-    ]);
-    let base = b
-        .run(&["dashboard", "--no-open", "--json"])
-        .expect(0)
-        .json()["base"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    (b, base)
+    common::with_dashboard(2, "[waste]\nsample_interval = \"1s\"\n")
 }
 
 /// A fresh one-time login link.

@@ -14,25 +14,7 @@ fn start(gpus: u32) -> (Baton, String) {
 
 /// [`start`], with `config` as its config.toml.
 fn start_with_config(gpus: u32, config: &str) -> (Baton, String) {
-    let mut b = Baton::unstarted();
-    std::fs::create_dir_all(&b.home).unwrap();
-    std::fs::write(b.home.join("config.toml"), config).unwrap();
-    let gpus = gpus.to_string();
-    b.serve_with(&[
-        "serve",
-        "--sim-gpus",
-        &gpus,
-        "--grace",
-        "1s",
-        "--web-addr",
-        "127.0.0.1:0",
-    ]);
-    let login = b
-        .run(&["dashboard", "--no-open", "--json"])
-        .expect(0)
-        .json();
-    let base = login["base"].as_str().unwrap().to_string();
-    (b, base)
+    common::with_dashboard(gpus, config)
 }
 
 /// Logs in with a fresh link; returns the session cookie (`name=value`).

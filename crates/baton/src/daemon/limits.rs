@@ -80,8 +80,7 @@ impl Daemon {
         if !self.config.limits.caps_anything() {
             return Ok(());
         }
-        let caps = self.user_caps(uid);
-        if let Some((max, source)) = &caps.max_gpus_per_job
+        if let Some((max, source)) = &self.user_caps(uid).max_gpus_per_job
             && request.count > *max
         {
             return Err(ApiError::BadRequest(format!(

@@ -177,15 +177,28 @@ async fn login(State(daemon): State<Arc<Daemon>>, Query(q): Query<LoginQuery>) -
     response
 }
 
-/// `GET /`: the overview, for the session's peer.
-async fn overview(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Response {
-    let Some(peer) = daemon.web.peer(&headers) else {
+/// A page rendered for the session's peer: 401 without a session, and a refusal (403, 404, 400)
+/// shown as a page with its status.
+async fn session_page<Page>(
+    daemon: &Daemon,
+    headers: &HeaderMap,
+    render: impl FnOnce(Peer) -> Page,
+) -> Response
+where
+    Page: Future<Output = Result<String, ApiError>>,
+{
+    let Some(peer) = daemon.web.peer(headers) else {
         return unauthorized("This page needs a session.");
     };
-    match overview::render(&daemon, peer).await {
+    match render(peer).await {
         Ok(page) => page_response(page),
         Err(e) => refused(&e),
     }
+}
+
+/// `GET /`: the overview, for the session's peer.
+async fn overview(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Response {
+    session_page(&daemon, &headers, |peer| overview::render(&daemon, peer)).await
 }
 
 /// `GET /jobs/ID`: the job's page, if the session's peer may read it.
@@ -194,13 +207,7 @@ async fn job_page(
     headers: HeaderMap,
     Path(id): Path<u64>,
 ) -> Response {
-    let Some(peer) = daemon.web.peer(&headers) else {
-        return unauthorized("This page needs a session.");
-    };
-    match job::render(&daemon, peer, id).await {
-        Ok(page) => page_response(page),
-        Err(e) => refused(&e),
-    }
+    session_page(&daemon, &headers, |peer| job::render(&daemon, peer, id)).await
 }
 
 /// `GET /history?state=&name=&owner=&since=&before=`: the job history, filtered and paged.
@@ -209,9 +216,6 @@ async fn history_page(
     headers: HeaderMap,
     Query(query): Query<crate::api::ListQuery>,
 ) -> Response {
-    let Some(peer) = daemon.web.peer(&headers) else {
-        return unauthorized("This page needs a session.");
-    };
     // Empty fields of the filter form are no filter.
     let blank = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
     let query = crate::api::ListQuery {
@@ -222,10 +226,10 @@ async fn history_page(
         until: blank(query.until),
         ..query
     };
-    match history::render(&daemon, peer, query).await {
-        Ok(page) => page_response(page),
-        Err(e) => refused(&e),
-    }
+    session_page(&daemon, &headers, |peer| {
+        history::render(&daemon, peer, query)
+    })
+    .await
 }
 
 #[derive(serde::Deserialize)]
@@ -241,13 +245,10 @@ async fn sweep_page(
     Path(id): Path<u64>,
     Query(query): Query<SortQuery>,
 ) -> Response {
-    let Some(peer) = daemon.web.peer(&headers) else {
-        return unauthorized("This page needs a session.");
-    };
-    match sweep::render(&daemon, peer, id, &query.sort).await {
-        Ok(page) => page_response(page),
-        Err(e) => refused(&e),
-    }
+    session_page(&daemon, &headers, |peer| {
+        sweep::render(&daemon, peer, id, &query.sort)
+    })
+    .await
 }
 
 /// `GET /workflows/ID`: the workflow's DAG and tasks.
@@ -256,13 +257,10 @@ async fn workflow_page(
     headers: HeaderMap,
     Path(id): Path<u64>,
 ) -> Response {
-    let Some(peer) = daemon.web.peer(&headers) else {
-        return unauthorized("This page needs a session.");
-    };
-    match workflow::render(&daemon, peer, id).await {
-        Ok(page) => page_response(page),
-        Err(e) => refused(&e),
-    }
+    session_page(&daemon, &headers, |peer| {
+        workflow::render(&daemon, peer, id)
+    })
+    .await
 }
 
 #[derive(serde::Deserialize)]
@@ -277,13 +275,10 @@ async fn waste_page(
     headers: HeaderMap,
     Query(query): Query<WasteQuery>,
 ) -> Response {
-    let Some(peer) = daemon.web.peer(&headers) else {
-        return unauthorized("This page needs a session.");
-    };
-    match waste::render(&daemon, peer, &query.since).await {
-        Ok(page) => page_response(page),
-        Err(e) => refused(&e),
-    }
+    session_page(&daemon, &headers, |peer| {
+        waste::render(&daemon, peer, &query.since)
+    })
+    .await
 }
 
 /// `GET /jobs/ID/confirm/ACTION`: asks before anything is done.

@@ -627,6 +627,30 @@ pub fn http_request(
     (status, headers, body.to_string())
 }
 
+/// A daemon on `gpus` simulated GPUs with `config` as its config.toml, serving the dashboard on
+/// a loopback port of its choosing; and the dashboard's address (`http://127.0.0.1:PORT`).
+pub fn with_dashboard(gpus: u32, config: &str) -> (Baton, String) {
+    let mut b = Baton::unstarted();
+    std::fs::create_dir_all(&b.home).unwrap();
+    std::fs::write(b.home.join("config.toml"), config).unwrap();
+    let gpus = gpus.to_string();
+    b.serve_with(&[
+        "serve",
+        "--sim-gpus",
+        &gpus,
+        "--grace",
+        "1s",
+        "--web-addr",
+        "127.0.0.1:0",
+    ]);
+    let login = b
+        .run(&["dashboard", "--no-open", "--json"])
+        .expect(0)
+        .json();
+    let base = login["base"].as_str().unwrap().to_string();
+    (b, base)
+}
+
 /// `GET path`, as [`http_request`].
 pub fn http(base: &str, path: &str, cookie: Option<&str>) -> (u16, Vec<(String, String)>, String) {
     http_request(base, "GET", path, cookie, "")
