@@ -142,17 +142,19 @@ impl JobTable {
     }
 
     /// Queues a sweep and all its runs, all or none.
+    /// Queues a sweep's runs; returns the sweep and its runs' ids.
     pub fn submit_sweep(
         &mut self,
-        sweep: &NewSweep,
+        sweep: NewSweep,
         request_id: Option<&str>,
-    ) -> Result<(SweepRecord, Vec<JobRecord>), StoreError> {
+    ) -> Result<(SweepRecord, Vec<JobId>), StoreError> {
         let (record, jobs) = self.store.insert_sweep(sweep, request_id)?;
-        for job in &jobs {
-            self.active.insert(job.id, job.clone());
+        let ids = jobs.iter().map(|j| j.id).collect();
+        for job in jobs {
+            self.active.insert(job.id, job);
         }
         self.sweeps.insert(record.id, record.clone());
-        Ok((record, jobs))
+        Ok((record, ids))
     }
 
     /// Applies one transition to an active job: committed, then mirrored. Returns the job as it

@@ -1,5 +1,6 @@
-//! The stacks of a stalled job's Python processes, for its stall alert: its processes are the
-//! ones below its supervisor (a child subreaper, so whatever the job starts stays there), the
+//! The stacks of a stalled job's Python processes, for its stall alert: its processes are its
+//! cgroup's, or the ones below the supervisor of that attempt alone (a child subreaper, so
+//! whatever the job starts stays there, `executor::attempt_processes`), the
 //! Python ones are told by their executable, and each is read with `py-spy dump`, a few at
 //! most, all within a time limit. py-spy is looked up where the daemon's own user would run
 //! it; what it prints is stored whole beside the alert and quoted fenced, as untrusted program
@@ -28,8 +29,8 @@ pub fn stored_at(alert_file: &Path) -> PathBuf {
     alert_file.with_extension("stacks.txt")
 }
 
-/// The stacks of attempt `attempt`'s Python processes (`None`: it runs none, or its supervisor
-/// is not known), with py-spy as `setting` names it: a path, or a name looked up in the
+/// The stacks of attempt `attempt`'s Python processes (`None`: it runs none, or its processes
+/// are not known), with py-spy as `setting` names it: a path, or a name looked up in the
 /// daemon's PATH and then in `job_path` (the job's own PATH, given only to a user's own daemon:
 /// a shared daemon runs as root and must not run what a user's PATH names). The whole dump is
 /// stored at `store_at`. With `run_as` (a shared daemon's job of another user) py-spy runs as
@@ -43,8 +44,7 @@ pub fn read(
     run_as: Option<&RunAs>,
     store_at: &Path,
 ) -> Option<Stacks> {
-    let supervisor = files.supervisor_of(attempt)?;
-    let pythons: Vec<u32> = crate::procinfo::descendants(supervisor.pid as u32)
+    let pythons: Vec<u32> = crate::executor::attempt_processes(files, attempt)?
         .into_iter()
         .filter(|&pid| is_python(pid))
         .take(MAX_PROCESSES)

@@ -42,6 +42,8 @@ fn jobs_survive_a_daemon_kill_and_restart() {
 
     // A client waiting on the daemon when it dies waits on once it is back.
     let waiter = connected_waiter(&b, ok);
+    let supervisors = supervisors_of(&b);
+    assert_eq!(supervisors.len(), 1, "one supervisor runs the jobs");
 
     b.kill_daemon();
     // While no daemon is alive, job `seven` exits 7: its supervisor records it.
@@ -54,6 +56,11 @@ fn jobs_survive_a_daemon_kill_and_restart() {
         r#""event":"exited""#,
     );
     b.serve();
+    assert_eq!(
+        supervisors_of(&b),
+        supervisors,
+        "the restarted daemon did not take up the supervisor that ran its jobs"
+    );
 
     let out = b.wait(&[seven], "30s");
     assert_eq!(out.code, 1, "{out:?}");
@@ -199,27 +206,64 @@ fn submit_starts_a_daemon_when_none_runs() {
     // Dropping `b` kills the daemon it started (found through its BATON_HOME).
 }
 
-/// The spawner that forks supervisors can die (OOM killer, a stray `kill`): jobs still start, and
-/// the daemon starts a new spawner.
-#[test]
-fn jobs_still_start_after_the_spawner_is_killed() {
-    let b = Baton::start(2);
-    let first = b.submit(&["--gpus", "1", "--", "true"]);
-    b.wait_ok(&[first]);
-    let spawners: Vec<i32> = processes_of(&b.home)
+/// The supervisors serving the daemon of `home`: `baton supervisor SOCKET` processes.
+fn supervisors_of(b: &Baton) -> Vec<i32> {
+    processes_of(&b.home)
         .into_iter()
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == b"spawner"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == b"supervisor"))
+        })
+        .collect()
+}
+
+/// The supervisor can die (OOM killer, a stray `kill -9`): the jobs it ran fail, saying so, with
+/// nothing of them left running; the daemon starts a new supervisor, and later jobs run.
+#[test]
+fn a_killed_supervisor_fails_its_jobs_and_a_new_one_runs_the_next() {
+    let b = Baton::start(2);
+    let first = b.submit(&["--gpus", "1", "--", "true"]);
+    b.wait_ok(&[first]);
+    let running: Vec<u64> = (0..2)
+        .map(|i| {
+            b.submit_sh(
+                &["--gpus", "1"],
+                &format!(
+                    "setsid sleep 1000 & echo $! > left.{i}; touch up.{i}; {}",
+                    wait_for_file("never")
+                ),
+            )
         })
         .collect();
-    assert_eq!(spawners.len(), 1, "one spawner serves the daemon");
-    let pid = rustix::process::Pid::from_raw(spawners[0]).expect("a positive pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill the spawner");
+    b.wait_file("up.0");
+    b.wait_file("up.1");
+    let supervisors = supervisors_of(&b);
+    assert_eq!(supervisors.len(), 1, "one supervisor serves the daemon");
+    let pid = rustix::process::Pid::from_raw(supervisors[0]).expect("a positive pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill the supervisor");
+    b.wait(&running, "30s");
+    for id in &running {
+        let job = b.job(*id);
+        assert_eq!(job["state"], "failed", "{job:#}");
+        assert!(
+            job["reason"].as_str().unwrap().contains("supervisor died"),
+            "{job:#}"
+        );
+    }
+    for i in 0..2 {
+        let left: i32 = b.read(&format!("left.{i}")).trim().parse().unwrap();
+        assert!(
+            !common::alive(left),
+            "job {i}'s detached process outlived it"
+        );
+    }
     let ids: Vec<u64> = (0..3)
         .map(|_| b.submit(&["--gpus", "1", "--", "true"]))
         .collect();
     b.wait_ok(&ids);
+    let now = supervisors_of(&b);
+    assert_eq!(now.len(), 1, "one new supervisor: {now:?}");
+    assert_ne!(now[0], supervisors[0]);
 }
 
 /// A daemon killed in the middle of launching a large batch: every job of the batch still runs,

@@ -367,7 +367,7 @@ fn signal_reaches_every_process(b: Baton, where_: &str) {
     // KILL is allowed: the job ends as killed by it. A queued job gets no signal.
     let victim = b.submit_sh(&["--gpus", "1"], &wait_for_file("never"));
     let queued = b.submit_sh(&["--gpus", "1"], "true");
-    b.wait_running(victim);
+    b.wait_spawned(victim);
     let out = b.run(&["signal", &queued.to_string(), "TERM"]);
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("has not started"), "{out:?}");

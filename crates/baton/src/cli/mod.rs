@@ -115,9 +115,14 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Internal: the per-job supervisor the daemon starts.
+    /// Internal: a supervisor of the one attempt launched in DIR, run when the daemon cannot
+    /// reach its supervisor.
     #[command(hide = true)]
-    Supervise { dir: std::path::PathBuf },
+    Supervise {
+        dir: std::path::PathBuf,
+        #[arg(long, default_value_t = 1)]
+        attempt: u32,
+    },
     /// DAG workflows: `baton workflow submit FILE`, `status ID`, `cancel ID`, `list`.
     #[command(subcommand)]
     Workflow(workflow::Command),
@@ -128,9 +133,9 @@ pub enum Command {
     /// Set an agent up for reliable wake-ups, and the hook that waits for its jobs.
     #[command(subcommand)]
     Agent(agent::Command),
-    /// Internal: forks supervisors for the daemon (its stdin is the daemon's socket).
+    /// Internal: the supervisor of a daemon's jobs, listening on SOCKET; it outlives the daemon.
     #[command(hide = true)]
-    Spawner,
+    Supervisor { socket: std::path::PathBuf },
     /// A Slurm MailProg that tells baton daemons their jobs ended (and hands other mail on).
     #[command(hide = true)]
     SlurmMail(slurm_mail::Args),
@@ -156,8 +161,10 @@ pub struct UsageError(pub String);
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
     match cli.command {
-        Command::Supervise { dir } => Ok(crate::executor::supervisor::run(&dir)),
-        Command::Spawner => Ok(ExitCode::from(crate::executor::spawner::serve() as u8)),
+        Command::Supervise { dir, attempt } => {
+            Ok(crate::executor::supervisor::run_one(&dir, attempt))
+        }
+        Command::Supervisor { socket } => Ok(crate::executor::supervisor::run_host(&socket)),
         Command::Deliver => Ok(ExitCode::from(crate::daemon::deliver_from_stdin() as u8)),
         Command::WrittenFiles { args } => Ok(ExitCode::from(crate::report::written_files_command(
             &args,

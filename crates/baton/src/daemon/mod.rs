@@ -283,7 +283,7 @@ impl Daemon {
                 let slurm = crate::executor::slurm::Slurm::new(config.backend.clone(), tag.clone());
                 Box::new(crate::executor::slurm::SlurmBackend::new(slurm))
             } else {
-                let executor = LocalExecutor::new(exe.clone());
+                let executor = LocalExecutor::new(exe.clone(), &config.home);
                 Box::new(LocalBackend::new(executor, config.containment.clone()))
             };
         Ok(Arc::new(Daemon {

@@ -1,13 +1,12 @@
-//! The local backend: jobs run on this machine, each attempt under its own supervisor. Its pass
-//! asks the daemon for the pure scheduler's starts (`Host::place`: committed before anything
-//! acts on them) and launches their supervisors off the async workers; each supervisor is
-//! watched through its pidfd until it exits, and its record says how the attempt ended. After
-//! a restart, `recover` looks at each running job's files to see whether it ended, still runs,
-//! never started, or lost its supervisor. The pidfds are this backend's own: a cancel reaches a
-//! supervisor through them.
+//! The local backend: jobs run on this machine, under the supervisor. Its pass asks the daemon
+//! for the pure scheduler's starts (`Host::place`: committed before anything acts on them) and
+//! hands them to the supervisor off the async workers; each attempt is watched until the
+//! supervisor says it ended, and its record says how. After a restart, or when a watch resolves
+//! because the supervisor is gone, `take_up` looks at the job's files to see whether the attempt
+//! ended, still runs, never started, or lost its supervisor. The stoppers are this backend's
+//! own: a cancel reaches an attempt through them.
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 
 use baton_core::lifecycle::decide::{self, AttemptExit};
@@ -18,23 +17,23 @@ use futures_util::future::BoxFuture;
 use super::backend::cancel_unstarted;
 use super::contain::Method;
 use super::{
-    Backend, ExitRecord, Host, Launch, LocalExecutor, Placed, Recovery, SignalError, Watch,
-    end_lost_attempt, job_env, stop_supervisor,
+    Backend, ExitRecord, Host, Launch, LocalExecutor, Placed, Recovery, SignalError, Stopper,
+    Watch, end_lost_attempt, job_env,
 };
 use crate::clock::now_ms;
 use crate::jobs::TableError;
 use crate::store::JobRecord;
 use crate::tasks::Until;
 
-/// Jobs run here, under supervisors.
+/// Jobs run here, under the supervisor.
 #[derive(Clone)]
 pub struct LocalBackend {
     executor: Arc<LocalExecutor>,
-    /// How every process of a job is held (a cgroup per attempt, or the supervisor as
-    /// subreaper), decided once at startup.
+    /// How every process of a job is held (a cgroup per attempt, or a supervisor of the
+    /// attempt alone as subreaper), decided once at startup.
     containment: Method,
-    /// A pidfd for the supervisor of each running job: how a cancel reaches it.
-    supervisors: Arc<Mutex<HashMap<JobId, OwnedFd>>>,
+    /// How a cancel reaches each running job.
+    stoppers: Arc<Mutex<HashMap<JobId, Stopper>>>,
 }
 
 impl LocalBackend {
@@ -42,12 +41,12 @@ impl LocalBackend {
         LocalBackend {
             executor: Arc::new(executor),
             containment,
-            supervisors: Arc::default(),
+            stoppers: Arc::default(),
         }
     }
 
-    fn supervisors(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, OwnedFd>> {
-        self.supervisors.lock().unwrap_or_else(|p| p.into_inner())
+    fn stoppers(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Stopper>> {
+        self.stoppers.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -55,7 +54,7 @@ impl<H: Host> Backend<H> for LocalBackend {
     fn pass(&self, host: &Arc<H>) -> Option<Millis> {
         let (launches, next_wakeup) = host.place();
         if !launches.is_empty() {
-            // Launching touches files, the spawner's socket and (in system mode) the user
+            // Launching touches files, the supervisor's socket and (in system mode) the user
             // database: off the async workers, so that requests keep being answered meanwhile.
             let (me, host) = (self.clone(), host.clone());
             host.clone().tasks().spawn_blocking(move || {
@@ -80,9 +79,9 @@ impl<H: Host> Backend<H> for LocalBackend {
         if job.cancel_requested_by().is_none() {
             jobs.apply(job.id, request, now_ms())?;
         }
-        // Asking again is harmless: the supervisor escalates on its own schedule. A supervisor
-        // still being started has no pidfd yet; `watch` delivers the cancel once it has one.
-        Ok(self.supervisors().get(&job.id).is_some_and(stop_supervisor))
+        // Asking again is harmless: the supervisor escalates on its own schedule. An attempt
+        // still being handed over has no stopper yet; `watch` delivers the cancel once it has.
+        Ok(self.stoppers().get(&job.id).is_some_and(Stopper::stop))
     }
 
     fn signal(&self, host: &H, job: &JobRecord, signal: i32) -> Result<String, SignalError> {
@@ -104,7 +103,7 @@ impl<H: Host> Backend<H> for LocalBackend {
     }
 
     fn follow(&self, _host: Arc<H>) -> Option<BoxFuture<'static, ()>> {
-        None // each supervisor is watched from its launch (or its recovery) on
+        None // each attempt is watched from its launch (or its recovery) on
     }
 
     fn places_here(&self) -> bool {
@@ -113,7 +112,7 @@ impl<H: Host> Backend<H> for LocalBackend {
 }
 
 impl LocalBackend {
-    /// Starts the supervisor of a job the pass started, and watches it.
+    /// Hands a job the pass started to the supervisor, and watches it.
     fn launch<H: Host>(&self, host: &Arc<H>, job: JobRecord) {
         let files = host.files(job.id);
         let (cgroup, contained) = self.containment.prepare(job.id.0, job.attempt());
@@ -172,38 +171,41 @@ impl LocalBackend {
         })
     }
 
-    /// Follows a supervisor until it exits. `signal` (its pidfd) is how cancel reaches it; a
-    /// cancel that came while it was being started is delivered now.
+    /// Follows an attempt until its watch resolves. `stopper` is how cancel reaches it; a
+    /// cancel that came while it was being handed over is delivered now.
     fn watch<H: Host>(
         &self,
         host: &Arc<H>,
         id: JobId,
         attempt: u32,
         watch: Watch,
-        signal: Option<OwnedFd>,
+        stopper: Option<Stopper>,
     ) {
-        if let Some(fd) = signal {
+        if let Some(stopper) = stopper {
             // Under the daemon's lock, so that a cancel cannot come between the look and the
-            // pidfd being where the next cancel finds it.
+            // stopper being where the next cancel finds it.
             let jobs = host.lock_jobs();
             let cancelled = jobs
                 .get(id)
                 .is_some_and(|j| j.attempt() == attempt && j.cancel_requested_by().is_some());
             if cancelled {
-                stop_supervisor(&fd);
+                stopper.stop();
             }
-            self.supervisors().insert(id, fd);
+            self.stoppers().insert(id, stopper);
             drop(jobs);
         }
         let (me, host) = (self.clone(), host.clone());
         // Cancelled at a stop: the job runs on, and the next daemon watches it again.
         host.clone().tasks().spawn(Until::Drained, async move {
             watch.exited().await;
-            let exit = host.files(id).exit_of(attempt);
-            match exit {
-                Some(exit) => me.attempt_ended(&*host, id, attempt, Some(exit)),
-                None => me.lost(host, id, attempt).await,
-            }
+            // Almost always the record says how it ended; when the supervisor is gone instead,
+            // the attempt may never have started, or may run on under a supervisor of its own.
+            let files = host.files(id);
+            let found = match files.exit_of(attempt) {
+                Some(exit) => Recovery::Ended(exit),
+                None => me.executor.recover(&files, attempt).await,
+            };
+            me.take_up(&host, id, attempt, found, "its supervisor stopped");
         });
     }
 
@@ -242,7 +244,7 @@ impl LocalBackend {
             // recorded is left alone by `attempt_over`.
             _ => return,
         };
-        self.supervisors().remove(&id);
+        self.stoppers().remove(&id);
         let exit = exit.map(|e| AttemptExit {
             exit: Exit {
                 code: e.exit_code,
@@ -262,6 +264,15 @@ impl LocalBackend {
     /// daemon was away, still runs (watched again), never started (back to the queue), or lost
     /// its supervisor (what it left is ended, then so is the attempt).
     async fn recover<H: Host>(&self, host: &Arc<H>) {
+        // The supervisor that still runs jobs of an earlier daemon, or a new one, ready before
+        // the first job is (starting one takes milliseconds; connecting blocks).
+        let me = self.clone();
+        let connected = host.tasks().spawn_blocking(move || me.executor.connect());
+        match connected.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("the supervisor cannot be reached yet: {e}"),
+            Err(e) => tracing::warn!("connecting to the supervisor failed: {e}"),
+        }
         // A job with a Slurm id was a Slurm backend's (the daemon ran with `kind = "slurm"`
         // before): no supervisor of this machine has it, so it is left as it is.
         let running: Vec<JobRecord> = host
@@ -273,28 +284,40 @@ impl LocalBackend {
         for job in running {
             let files = host.files(job.id);
             let attempt = job.attempt();
-            match self.executor.recover(&files, attempt).await {
-                Recovery::Ended(exit) => {
-                    tracing::info!(job = job.id.0, "ended while the daemon was away");
-                    self.attempt_ended(&**host, job.id, attempt, Some(exit));
+            let found = self.executor.recover(&files, attempt).await;
+            self.take_up(host, job.id, attempt, found, "the daemon stopped");
+        }
+    }
+
+    /// Acts on what became of an attempt nobody watched any more: recorded as ended, watched
+    /// again, back to the queue (`who` stopped before it could start), or its leftovers ended
+    /// and the attempt lost.
+    fn take_up<H: Host>(&self, host: &Arc<H>, id: JobId, attempt: u32, found: Recovery, who: &str) {
+        match found {
+            Recovery::Ended(exit) => self.attempt_ended(&**host, id, attempt, Some(exit)),
+            Recovery::Running(watch, stopper) => {
+                tracing::info!(job = id.0, "still running; watching it again");
+                self.watch(host, id, attempt, watch, Some(stopper));
+            }
+            Recovery::NeverStarted => {
+                tracing::info!(job = id.0, "launch never started; back to the queue");
+                self.stoppers().remove(&id);
+                let withdraw = Transition::Withdraw {
+                    reason: format!("requeued: {who} before it could start"),
+                };
+                let mut jobs = host.lock_jobs();
+                let still_ours = jobs
+                    .get(id)
+                    .is_some_and(|j| j.state() == JobState::Running && j.attempt() == attempt);
+                if still_ours && let Err(e) = jobs.apply(id, withdraw, now_ms()) {
+                    tracing::error!(job = id.0, "cannot put it back in the queue: {e}");
                 }
-                Recovery::Running(watch, signal) => {
-                    tracing::info!(job = job.id.0, "still running; watching it again");
-                    self.watch(host, job.id, attempt, watch, Some(signal));
-                }
-                Recovery::NeverStarted => {
-                    tracing::info!(job = job.id.0, "launch never started; back to the queue");
-                    let withdraw = Transition::Withdraw {
-                        reason: "requeued: the daemon stopped before it could start".into(),
-                    };
-                    if let Err(e) = host.lock_jobs().apply(job.id, withdraw, now_ms()) {
-                        tracing::error!(job = job.id.0, "cannot put it back in the queue: {e}");
-                    }
-                }
-                Recovery::Lost => {
-                    let lost = self.clone().lost(host.clone(), job.id, attempt);
-                    host.tasks().spawn(Until::Drained, lost);
-                }
+                drop(jobs);
+                host.wake();
+            }
+            Recovery::Lost => {
+                let lost = self.clone().lost(host.clone(), id, attempt);
+                host.tasks().spawn(Until::Drained, lost);
             }
         }
     }

@@ -1,14 +1,16 @@
-//! Running jobs on this machine. Each attempt runs under its own supervisor process (baton
-//! re-executing itself as `baton supervise DIR`) in a new session, so it outlives the daemon. The
-//! daemon and the supervisor talk only through files in the job's directory:
+//! Running jobs on this machine. Every attempt runs under the *supervisor* (`supervisor/`): one
+//! process per state directory (baton re-executed as `baton supervisor SOCKET`) in a session of
+//! its own, so it outlives the daemon, which reaches it over its socket (`link`). The daemon and
+//! the supervisor share what matters through files in the job's directory:
 //!
 //! - `launch.json`: written by the daemon; the supervisor claims it by renaming it to
 //!   `claimed.json`. A launch is run by whoever renames it first, so a recovering daemon can take
 //!   back a launch that never started (rename it away) without any chance of a double start.
-//! - `supervisor`: flock-ed by the supervisor for its whole life (a free lock means no supervisor)
-//!   and its append-only record, one JSON line per event: claimed (its pid), spawned (the job's
-//!   process group) and exited (how the attempt ended). Readers ignore a line until its newline
-//!   is written, so a record is never seen half-written.
+//! - `supervisor`: flock-ed by whichever process supervises the attempt, for as long as it does
+//!   (a free lock means nobody does), and its append-only record, one JSON line per event:
+//!   claimed (the supervising pid), spawned (the job's process group) and exited (how the
+//!   attempt ended). Readers ignore a line until its newline is written, so a record is never
+//!   seen half-written.
 //! - `stdout`, `stderr`: the job's output, appended across attempts.
 //!
 //! Few files, written in place: creating and deleting files is a large part of what a job costs
@@ -17,9 +19,9 @@
 mod backend;
 pub mod contain;
 pub mod limits;
+mod link;
 pub mod local;
 pub mod slurm;
-pub mod spawner;
 pub mod supervisor;
 
 pub use backend::{Backend, Host, Placed, SignalError, job_env};
@@ -281,8 +283,10 @@ pub fn append_event(file: &fs::File, event: &SupervisorEvent) -> io::Result<()> 
     io::Write::write_all(&mut &*file, &line)
 }
 
-/// Waits for a supervisor to exit: our own child, or one found alive after a daemon restart.
+/// Waits for an attempt's supervision to end: the supervisor's word that it ended (or that the
+/// supervisor is gone), or the exit of a process that supervises that attempt alone.
 pub enum Watch {
+    Link(link::Waiter),
     Child(tokio::process::Child),
     Pidfd(AsyncFd<OwnedFd>),
 }
@@ -290,6 +294,7 @@ pub enum Watch {
 impl Watch {
     pub async fn exited(self) {
         match self {
+            Watch::Link(waiter) => waiter.ended().await,
             Watch::Child(mut child) => {
                 let _ = child.wait().await;
             }
@@ -301,57 +306,89 @@ impl Watch {
     }
 }
 
-/// What a restarted daemon finds for a job its store says is running.
+/// How a cancel reaches an attempt: a request to the supervisor, or SIGTERM, through its pidfd,
+/// to a process that supervises that attempt alone (a pidfd cannot reach another process that
+/// reused the pid). Either way: SIGTERM to every process of the job, SIGKILL after the grace
+/// period.
+pub enum Stopper {
+    Link(link::Stopper),
+    Pidfd(OwnedFd),
+}
+
+impl Stopper {
+    /// Whether the request went out.
+    pub fn stop(&self) -> bool {
+        match self {
+            Stopper::Link(stopper) => stopper.stop(),
+            Stopper::Pidfd(fd) => {
+                rustix::process::pidfd_send_signal(fd, rustix::process::Signal::TERM).is_ok()
+            }
+        }
+    }
+}
+
+/// What the daemon finds for an attempt it launched and is no longer watching: after a
+/// restart, or once its watch resolved.
 pub enum Recovery {
-    /// The attempt ended while the daemon was away.
+    /// The attempt ended.
     Ended(ExitRecord),
     /// The launch was never claimed; it has now been revoked, so it can never start.
     NeverStarted,
-    /// The supervisor is alive; the watch resolves when it exits, the pidfd signals it.
-    Running(Watch, OwnedFd),
-    /// The supervisor died without recording an exit (killed by hand, machine trouble). What it
+    /// Its supervisor runs it; the watch resolves when that ends, the stopper cancels it.
+    Running(Watch, Stopper),
+    /// Its supervisor died without recording an exit (killed by hand, machine trouble). What it
     /// left running must be ended (`end_lost_attempt`) before the job's GPUs are free.
     Lost,
 }
 
-/// Starts supervisors for jobs on this machine.
+/// Starts jobs on this machine, through the supervisor.
 pub struct LocalExecutor {
     /// The baton binary, re-executed as the supervisor.
     exe: PathBuf,
-    spawner: spawner::Spawner,
+    link: link::Link,
 }
 
 impl LocalExecutor {
-    pub fn new(exe: PathBuf) -> Self {
+    /// The executor of the daemon whose state directory is `home`.
+    pub fn new(exe: PathBuf, home: &Path) -> Self {
         LocalExecutor {
-            spawner: spawner::Spawner::new(exe.clone()),
+            link: link::Link::new(exe.clone(), home.join(SUPERVISOR_SOCKET)),
             exe,
         }
     }
 
-    /// Writes the launch description and starts the supervisor: forked by the spawner, or, if
-    /// that fails, executed directly. Must be called from a tokio runtime.
+    /// Connects to the supervisor, starting one if none runs. Blocking.
+    pub fn connect(&self) -> io::Result<()> {
+        self.link.connect()
+    }
+
+    /// Writes the launch description and hands it to the supervisor; if the supervisor cannot
+    /// be reached, runs a supervisor of this attempt alone (`baton supervise DIR`). Must be
+    /// called from a tokio runtime.
     pub fn launch(
         &self,
         files: &JobFiles,
         launch: &Launch,
-    ) -> Result<(Watch, Option<OwnedFd>), ExecutorError> {
+    ) -> Result<(Watch, Option<Stopper>), ExecutorError> {
         fs::create_dir_all(&files.dir).map_err(io_err(&files.dir))?;
-        // Written whole before the supervisor that reads it exists, so no temporary file needed.
+        // Written whole before the supervisor that reads it is asked, so no temporary file.
         let body = serde_json::to_vec(launch).expect("plain data");
         let path = files.launch();
         fs::write(&path, &body).map_err(io_err(&path))?;
-        let forked = self.spawner.spawn(&files.dir).and_then(|fd| {
-            let signal = fd.try_clone()?;
-            Ok((watch_pidfd(fd)?, Some(signal)))
-        });
-        match forked {
-            Ok(launched) => return Ok(launched),
-            Err(e) => tracing::warn!("supervisor spawner failed ({e}); executing one directly"),
+        match self.link.launch(&files.dir, launch.attempt) {
+            Ok((waiter, stopper)) => {
+                return Ok((Watch::Link(waiter), Some(Stopper::Link(stopper))));
+            }
+            Err(e) => tracing::warn!(
+                "the supervisor cannot be reached ({e}); running one for job {} alone",
+                launch.job_id
+            ),
         }
         let mut cmd = tokio::process::Command::new(&self.exe);
         cmd.arg("supervise")
             .arg(&files.dir)
+            .arg("--attempt")
+            .arg(launch.attempt.to_string())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -360,12 +397,17 @@ impl LocalExecutor {
             .kill_on_drop(false);
         let child = cmd.spawn().map_err(ExecutorError::Spawn)?;
         // Not reaped before `Watch::Child` waits for it, so the pid cannot be reused first.
-        let signal = child.id().and_then(|pid| pidfd_of(pid as i32));
-        Ok((Watch::Child(child), signal))
+        let stopper = child
+            .id()
+            .and_then(|pid| pidfd_of(pid as i32))
+            .map(Stopper::Pidfd);
+        Ok((Watch::Child(child), stopper))
     }
 
-    /// Decides what became of `attempt` while no daemon was watching.
+    /// Decides what became of `attempt` while no daemon was watching it.
     pub async fn recover(&self, files: &JobFiles, attempt: u32) -> Recovery {
+        // Before the record is read: an end that comes meanwhile resolves this waiter.
+        let mut waiter = self.link.watch(&files.dir, attempt);
         if let Some(exit) = files.exit_of(attempt) {
             return Recovery::Ended(exit);
         }
@@ -382,9 +424,19 @@ impl LocalExecutor {
             let record = files.supervisor_of(attempt);
             match (alive, record) {
                 (true, Some(rec)) => {
+                    // Run by the supervisor this daemon reaches: it says when the attempt ends.
+                    if waiter.as_ref().is_some_and(|(_, _, pid)| *pid == rec.pid)
+                        && let Some((waiter, stopper, _)) = waiter.take()
+                    {
+                        return Recovery::Running(Watch::Link(waiter), Stopper::Link(stopper));
+                    }
+                    // Supervised by a process of its own: watched through its pidfd.
                     if let Some(running) = pidfd_of(rec.pid).and_then(|fd| {
                         let signal = fd.try_clone().ok()?;
-                        Some(Recovery::Running(watch_pidfd(fd).ok()?, signal))
+                        Some(Recovery::Running(
+                            watch_pidfd(fd).ok()?,
+                            Stopper::Pidfd(signal),
+                        ))
                     }) {
                         return running;
                     }
@@ -404,11 +456,8 @@ impl LocalExecutor {
     }
 }
 
-/// Asks a supervisor, through its pidfd, to stop its job (SIGTERM to the job's group, SIGKILL
-/// after the grace period). A pidfd cannot reach another process that reused the pid.
-pub fn stop_supervisor(pidfd: &OwnedFd) -> bool {
-    rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::TERM).is_ok()
-}
+/// The supervisor's socket in the state directory (its lock file beside it).
+pub const SUPERVISOR_SOCKET: &str = "supervisor.sock";
 
 /// Whether some process holds the job's supervisor lock.
 fn supervisor_alive(files: &JobFiles) -> bool {
@@ -469,10 +518,17 @@ pub fn signal_attempt(
     sig: rustix::process::Signal,
 ) -> Result<String, String> {
     use contain::Processes;
+    let not_yet = || "its supervisor has not started it yet".to_string();
     let Some(launch) = read_json::<Launch>(&files.claimed()).filter(|l| l.attempt == attempt)
     else {
-        return Err("its supervisor has not started it yet".into());
+        return Err(not_yet());
     };
+    // Claimed but not spawned yet: nothing to signal, and nothing gone either.
+    let record = files.supervisor_of(attempt);
+    if record.as_ref().is_none_or(|rec| rec.pgid.is_none()) && files.exit_of(attempt).is_none() {
+        return Err(not_yet());
+    }
+    let group = record.and_then(|rec| rec.pgid.zip(rec.started));
     let count = |n: usize| match n {
         1 => "1 process".to_string(),
         n => format!("{n} processes"),
@@ -488,9 +544,6 @@ pub fn signal_attempt(
         cgroup.signal(sig);
         return Ok(format!("{} in cgroup {dir}", count(found)));
     }
-    let group = files
-        .supervisor_of(attempt)
-        .and_then(|rec| rec.pgid.zip(rec.started));
     let Some(key) = launch
         .env
         .iter()
@@ -510,6 +563,22 @@ pub fn signal_attempt(
         count(found),
         contain::KEY_VAR
     ))
+}
+
+/// The live processes of a running attempt: its cgroup's, or, without one, those below the
+/// process that supervises it alone. `None` while nothing is known of it (not claimed yet).
+/// Blocking: it reads /proc.
+pub fn attempt_processes(files: &JobFiles, attempt: u32) -> Option<Vec<u32>> {
+    use contain::Processes;
+    let launch = read_json::<Launch>(&files.claimed()).filter(|l| l.attempt == attempt)?;
+    if let Some(dir) = &launch.cgroup {
+        let cgroup = contain::Cgroup {
+            dir: PathBuf::from(dir),
+        };
+        return Some(cgroup.pids().into_iter().map(|pid| pid as u32).collect());
+    }
+    let supervisor = files.supervisor_of(attempt)?;
+    Some(crate::procinfo::descendants(supervisor.pid as u32))
 }
 
 /// How many processes the kernel's OOM killer has killed since boot (`oom_kill` in

@@ -612,37 +612,7 @@ impl Store {
                 .execute(params![key, id as i64])?;
         }
         tx.commit()?;
-        let name = default_name(job);
-        Ok(JobRecord {
-            id: JobId(id),
-            name,
-            command: job.command.clone(),
-            cwd: job.cwd.clone(),
-            env: job.env.clone(),
-            owner_uid: job.owner_uid,
-            owner: job.owner.clone(),
-            priority: job.priority,
-            request: job.request,
-            time_limit: job.time_limit,
-            retries: job.retries,
-            deps: job.deps.clone(),
-            tags: job.tags.clone(),
-            submitted_at: job.submitted_at,
-            workflow_id: job.workflow_id,
-            umask: job.umask,
-            notify: job.notify.clone(),
-            session: job.session.clone(),
-            task: job.task.clone(),
-            critical_path: job.critical_path,
-            colocate: Vec::new(),
-            begin_at: job.begin_at,
-            stdin: job.stdin.clone(),
-            stop_on: job.stop_on.clone(),
-            wake: job.wake.clone(),
-            sweep: job.sweep,
-            params: job.params.clone(),
-            life: submitted_life(job),
-        })
+        Ok(queued_record(JobId(id), job.clone()))
     }
 
     pub fn get(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
@@ -1010,6 +980,42 @@ fn stop_on_of(text: Option<&str>) -> Vec<baton_core::midrun::Detector> {
 }
 
 /// Inserts a queued job and its `submitted` event.
+/// The record of a job just inserted as `id`, as reading it back would give it.
+pub(super) fn queued_record(id: JobId, job: NewJob) -> JobRecord {
+    let name = default_name(&job);
+    let life = submitted_life(&job);
+    JobRecord {
+        id,
+        name,
+        command: job.command,
+        cwd: job.cwd,
+        env: job.env,
+        owner_uid: job.owner_uid,
+        owner: job.owner,
+        priority: job.priority,
+        request: job.request,
+        time_limit: job.time_limit,
+        retries: job.retries,
+        deps: job.deps,
+        tags: job.tags,
+        submitted_at: job.submitted_at,
+        workflow_id: job.workflow_id,
+        umask: job.umask,
+        notify: job.notify,
+        session: job.session,
+        task: job.task,
+        critical_path: job.critical_path,
+        colocate: Vec::new(),
+        begin_at: job.begin_at,
+        stdin: job.stdin,
+        stop_on: job.stop_on,
+        wake: job.wake,
+        sweep: job.sweep,
+        params: job.params,
+        life,
+    }
+}
+
 pub(super) fn insert_job(
     tx: &rusqlite::Transaction<'_>,
     job: &NewJob,

@@ -8,7 +8,7 @@ use baton_core::{JobId, Millis};
 use rusqlite::{OptionalExtension, Row, params};
 
 use super::deliveries::{Subject, insert_deliveries};
-use super::jobs::{SweepRun, insert_job};
+use super::jobs::{SweepRun, insert_job, queued_record};
 use super::{JobRecord, NewJob, Store, StoreError, json};
 use crate::notify::Channel;
 
@@ -145,7 +145,7 @@ impl Store {
     /// `request_id` is the submission's idempotency key (see `sweep_for_request`).
     pub fn insert_sweep(
         &mut self,
-        sweep: &NewSweep,
+        sweep: NewSweep,
         request_id: Option<&str>,
     ) -> Result<(SweepRecord, Vec<JobRecord>), StoreError> {
         let tx = self.conn.transaction()?;
@@ -170,19 +170,20 @@ impl Store {
             request_id,
         ])?;
         let id = tx.last_insert_rowid() as u64;
-        let mut ids: Vec<JobId> = Vec::with_capacity(sweep.runs.len());
-        for (job, index, params) in &sweep.runs {
-            let mut job = job.clone();
-            job.sweep = Some(SweepRun { id, index: *index });
-            job.params = params.clone();
-            ids.push(insert_job(&tx, &job)?);
+        // Built as they are written rather than read back: a sweep can have thousands of runs.
+        let mut jobs = Vec::with_capacity(sweep.runs.len());
+        for (mut job, index, params) in sweep.runs {
+            job.sweep = Some(SweepRun { id, index });
+            job.params = params;
+            let job_id = insert_job(&tx, &job)?;
+            jobs.push(queued_record(job_id, job));
         }
         tx.commit()?;
         let record = self.sweep(id)?.ok_or_else(|| StoreError::Corrupt {
             id,
             detail: "sweep vanished after insert".into(),
         })?;
-        Ok((record, self.sweep_jobs(id)?))
+        Ok((record, jobs))
     }
 
     pub fn sweep(&self, id: u64) -> Result<Option<SweepRecord>, StoreError> {
@@ -240,7 +241,8 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// A sweep's runs, in their order.
+    /// A sweep's runs, in their order, read whole (the daemon reads them from its job table).
+    #[cfg(test)]
     pub fn sweep_jobs(&self, id: u64) -> Result<Vec<JobRecord>, StoreError> {
         self.select("WHERE sweep_id = ?1 ORDER BY id", [id as i64])
     }
@@ -336,7 +338,7 @@ mod tests {
     fn a_sweep_reads_back_whole_with_its_runs_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
-        let (record, jobs) = store.insert_sweep(&sweep(3), Some("key-1")).unwrap();
+        let (record, jobs) = store.insert_sweep(sweep(3), Some("key-1")).unwrap();
         assert_eq!(record.runs, 3);
         assert_eq!(record.max_parallel, Some(2));
         assert_eq!(record.on_failure, OnFailure::Stop);
@@ -346,6 +348,8 @@ mod tests {
         assert_eq!((run.id, run.index), (record.id, 2));
         assert_eq!(jobs[2].params[0], ("lr".to_string(), "2e-4".to_string()));
         assert_eq!(store.get(jobs[2].id).unwrap().unwrap().sweep, jobs[2].sweep);
+        // The records it returns are the ones reading them back gives.
+        assert_eq!(store.sweep_jobs(record.id).unwrap(), jobs);
         assert_eq!(
             store.sweep_for_request(1000, "key-1").unwrap(),
             Some(record.id)
@@ -358,7 +362,7 @@ mod tests {
     fn an_alert_is_queued_once_and_an_end_ends_the_sweep() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
-        let (record, jobs) = store.insert_sweep(&sweep(2), None).unwrap();
+        let (record, jobs) = store.insert_sweep(sweep(2), None).unwrap();
         let file = Channel::File {
             path: dir.path().join("inbox").display().to_string(),
         };

@@ -11,7 +11,7 @@ use axum::Json;
 use axum::extract::{ConnectInfo, Path as UrlPath, State};
 use axum::http::HeaderMap;
 use baton_core::sweep::{self, Params};
-use baton_core::{JobId, input};
+use baton_core::{JobId, JobState, input};
 
 use super::cancel::cancel_jobs;
 use super::submit::{request_id, validate};
@@ -118,12 +118,15 @@ pub async fn submit(
                 notify: template.notify.clone(),
                 runs,
             };
-            let (record, jobs) = inner.jobs.submit_sweep(&new, request_id.as_deref())?;
-            for _ in &jobs {
+            let (record, ids) = inner.jobs.submit_sweep(new, request_id.as_deref())?;
+            for _ in &ids {
                 daemon.metrics.job_submitted();
             }
-            tracing::info!(sweep = record.id, runs = jobs.len(), "sweep queued");
-            Ok(view_of(&record, &jobs))
+            tracing::info!(sweep = record.id, runs = ids.len(), "sweep queued");
+            Ok(view_from(
+                &record,
+                ids.iter().map(|&id| (id, JobState::Queued)),
+            ))
         }
     };
     match queued {
@@ -289,9 +292,16 @@ fn may_read(peer: &Peer, sweep: &SweepRecord) -> bool {
 }
 
 fn view_of(record: &SweepRecord, jobs: &[JobRecord]) -> SweepView {
+    view_from(record, jobs.iter().map(|j| (j.id, j.state())))
+}
+
+/// The view of a sweep whose runs are these jobs in these states.
+fn view_from(record: &SweepRecord, runs: impl Iterator<Item = (JobId, JobState)>) -> SweepView {
     let mut counts: BTreeMap<String, u32> = BTreeMap::new();
-    for job in jobs {
-        *counts.entry(job.state().as_str().to_string()).or_default() += 1;
+    let mut jobs = Vec::new();
+    for (id, state) in runs {
+        *counts.entry(state.as_str().to_string()).or_default() += 1;
+        jobs.push(id.0);
     }
     SweepView {
         id: record.id,
@@ -302,7 +312,7 @@ fn view_of(record: &SweepRecord, jobs: &[JobRecord]) -> SweepView {
         params: record.param_names.clone(),
         runs: record.runs,
         counts,
-        jobs: jobs.iter().map(|j| j.id.0).collect(),
+        jobs,
         max_parallel: record.max_parallel,
         rank_by: record.rank_by.clone(),
         notify_each: record.notify_each,
