@@ -29,6 +29,9 @@ pub struct JobTable {
     workflows: HashMap<u64, WorkflowRecord>,
     /// Sweeps that have not ended, as last committed.
     sweeps: HashMap<u64, SweepRecord>,
+    /// The lowest and highest job id of each such sweep's runs still active (they are queued
+    /// together, so their ids are consecutive): its runs are found without a scan of all jobs.
+    sweep_runs: HashMap<u64, (JobId, JobId)>,
     /// Why each queued job waited in the last pass (kept as data: its text is made when shown).
     waiting: HashMap<JobId, WaitReason>,
     /// A word shown over a job's reason until it changes again (its end waits to be recorded).
@@ -49,11 +52,21 @@ impl JobTable {
             .into_iter()
             .map(|s| (s.id, s))
             .collect();
+        let mut sweep_runs: HashMap<u64, (JobId, JobId)> = HashMap::new();
+        for job in BTreeMap::values(&active) {
+            let job: &JobRecord = job;
+            if let Some(run) = &job.sweep {
+                let range = sweep_runs.entry(run.id).or_insert((job.id, job.id));
+                range.0 = range.0.min(job.id);
+                range.1 = range.1.max(job.id);
+            }
+        }
         Ok(JobTable {
             store,
             active,
             workflows,
             sweeps,
+            sweep_runs,
             waiting: HashMap::new(),
             shown: HashMap::new(),
         })
@@ -149,7 +162,10 @@ impl JobTable {
         request_id: Option<&str>,
     ) -> Result<(SweepRecord, Vec<JobId>), StoreError> {
         let (record, jobs) = self.store.insert_sweep(sweep, request_id)?;
-        let ids = jobs.iter().map(|j| j.id).collect();
+        let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+        if let (Some(&first), Some(&last)) = (ids.iter().min(), ids.iter().max()) {
+            self.sweep_runs.insert(record.id, (first, last));
+        }
         for job in jobs {
             self.active.insert(job.id, job);
         }
@@ -407,6 +423,16 @@ impl JobTable {
         self.sweeps.values()
     }
 
+    /// The active (queued or running) runs of a sweep.
+    pub fn active_runs(&self, sweep: u64) -> impl Iterator<Item = &JobRecord> {
+        let range = self.sweep_runs.get(&sweep).copied();
+        range
+            .into_iter()
+            .flat_map(move |(first, last)| self.active.range(first..=last))
+            .map(|(_, job)| job)
+            .filter(move |job| job.sweep.is_some_and(|r| r.id == sweep))
+    }
+
     /// A sweep's first run started: the sweep is running.
     pub fn sweep_started(&mut self, sweep: u64) -> Result<(), StoreError> {
         match self.sweeps.get_mut(&sweep) {
@@ -430,6 +456,7 @@ impl JobTable {
     ) -> Result<(), StoreError> {
         self.store.end_sweep(sweep, state, at, last, channels)?;
         self.sweeps.remove(&sweep);
+        self.sweep_runs.remove(&sweep);
         Ok(())
     }
 

@@ -7,13 +7,13 @@
 
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use baton_core::report::{self, FileChange, GpuUsage, JobFacts, OutputScanner, Report, Stream};
 use baton_core::{JobState, Millis};
 
-use crate::executor::{self, JobFiles};
+use crate::executor::JobFiles;
 use crate::gpu::GpuInfo;
 use crate::store::{JobGpuUsage, JobRecord};
 
@@ -88,6 +88,9 @@ pub fn build(
     scan(&mut scanner, Stream::Stdout, &files.stdout());
     scan(&mut scanner, Stream::Stderr, &files.stderr());
     let output = scanner.finish();
+    // Read once: what the supervisor recorded of the attempt.
+    let record = files.record();
+    let attempt = job.attempt();
     let facts = JobFacts {
         id: job.id.0,
         name: job.name.clone(),
@@ -95,8 +98,8 @@ pub fn build(
         exit_code: job.exit_code(),
         signal: job.signal(),
         reason: job.reason().map(str::to_string),
-        start_error: (job.attempt() > 0)
-            .then(|| files.start_error_of(job.attempt()))
+        start_error: (attempt > 0)
+            .then(|| record.start_error_of(attempt))
             .flatten(),
         command: job.command.clone(),
         cwd: job.cwd.clone(),
@@ -110,10 +113,10 @@ pub fn build(
         started_at: job.started_at(),
         ended_at: job.ended_at().unwrap_or(job.submitted_at),
         time_limit: job.time_limit,
-        oom_killed: job.attempt() > 0 && executor::oom_killed(files, job.attempt()),
-        memory_exceeded: job.attempt() > 0
-            && files
-                .exit_of(job.attempt())
+        oom_killed: attempt > 0 && record.oom_killed(attempt),
+        memory_exceeded: attempt > 0
+            && record
+                .exit_of(attempt)
                 .is_some_and(|e| e.memory_exceeded.is_some()),
         gpu_sample_interval_ms: watched.sample_interval,
         stdout_path: files.stdout().display().to_string(),
@@ -311,13 +314,22 @@ fn millis(t: Option<std::time::SystemTime>) -> Millis {
         .map_or(0, |d| d.as_millis() as Millis)
 }
 
-/// Writes `report.json` and `report.md`, each whole or not at all (temporary file, then rename),
-/// so a reader never sees half a report.
-pub fn store(files: &JobFiles, built: &Built) -> io::Result<()> {
-    fs::create_dir_all(&files.dir)?;
+/// Writes `report.json` and, unless told not to, `report.md`, each whole or not at all
+/// (temporary file, then rename), so a reader never sees half a report.
+pub fn store(files: &JobFiles, built: &Built, with_markdown: bool) -> io::Result<()> {
     let json = serde_json::to_vec_pretty(&built.report).map_err(io::Error::other)?;
-    write_whole(&files.report_json(), &json)?;
-    write_whole(&files.report_md(), built.markdown.as_bytes())
+    match write_whole(&files.report_json(), &json) {
+        // A job cancelled before it ever started has no directory yet.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(&files.dir)?;
+            write_whole(&files.report_json(), &json)?;
+        }
+        written => written?,
+    }
+    if with_markdown {
+        write_whole(&files.report_md(), built.markdown.as_bytes())?;
+    }
+    Ok(())
 }
 
 /// Writes a file whole under a temporary name, then renames it: a reader sees the old file or
@@ -337,9 +349,25 @@ pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
     fs::rename(&tmp, path)
 }
 
-/// The stored report, if it has been built.
+/// Where the report's markdown is, written now from `built` if it was not (a sweep's run stores
+/// `report.json` alone until someone asks for its report).
+pub fn markdown_file(files: &JobFiles, built: &Built) -> PathBuf {
+    let path = files.report_md();
+    if !path.exists()
+        && let Err(e) = write_whole(&path, built.markdown.as_bytes())
+    {
+        tracing::warn!("cannot write {}: {e}", path.display());
+    }
+    path
+}
+
+/// The stored report, if it has been built. A sweep's run stores `report.json` alone; its
+/// markdown is made from it, as it was when the report was built.
 pub fn load(files: &JobFiles) -> Option<Built> {
     let report: Report = serde_json::from_slice(&fs::read(files.report_json()).ok()?).ok()?;
-    let markdown = fs::read_to_string(files.report_md()).ok()?;
+    let markdown = match fs::read_to_string(files.report_md()) {
+        Ok(markdown) => markdown,
+        Err(_) => report.to_markdown(),
+    };
     Some(Built { report, markdown })
 }

@@ -71,6 +71,11 @@ impl Tasks {
         self.all.spawn(task);
     }
 
+    /// Whether the stop has begun: no new work is to start.
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.is_cancelled()
+    }
+
     /// Runs `f` on a blocking thread. It cannot be interrupted: a stop waits for it to return.
     pub(crate) fn spawn_blocking<F, R>(&self, f: F) -> JoinHandle<R>
     where

@@ -9,7 +9,7 @@ use std::sync::MutexGuard;
 use baton_core::lifecycle::Ending;
 use baton_core::{JobId, Millis};
 
-use super::{Daemon, Inner, now_ms};
+use super::{Daemon, Inner};
 use crate::executor::{Host, JobFiles, RunAs};
 use crate::jobs::JobTable;
 use crate::store::JobRecord;
@@ -38,8 +38,11 @@ impl Host for Daemon {
         Locked(self.lock())
     }
 
-    fn place(&self) -> (Vec<JobRecord>, Option<Millis>) {
-        Daemon::place(self)
+    fn place(
+        &self,
+        contain: &mut dyn FnMut(&JobRecord) -> String,
+    ) -> (Vec<JobRecord>, Option<Millis>) {
+        Daemon::place(self, contain)
     }
 
     fn end(&self, jobs: &mut Locked<'_>, id: JobId, ending: Ending) {
@@ -54,23 +57,20 @@ impl Host for Daemon {
         self.workflow_task_started(&mut jobs.0, job);
     }
 
-    fn note(&self, id: JobId, kind: &str, detail: &str) {
-        if let Err(e) = self
-            .lock()
-            .jobs
-            .store_mut()
-            .add_event(id, kind, detail, now_ms())
-        {
-            tracing::warn!(job = id.0, "cannot record the {kind} event: {e}");
-        }
-    }
-
     fn changed(&self) {
         self.notify_changed();
     }
 
     fn wake(&self) {
         Daemon::wake(self);
+    }
+
+    fn pass_due(&self) -> bool {
+        Daemon::pass_due(self)
+    }
+
+    fn deferring_wakes(&self, f: &mut dyn FnMut()) {
+        Daemon::deferring_wakes(self, f)
     }
 
     fn tasks(&self) -> &Tasks {

@@ -129,6 +129,15 @@ pub struct Daemon {
     inner: Mutex<Inner>,
     /// Asks the scheduler loop for a pass; permits coalesce, so a burst of events costs one pass.
     wake: Notify,
+    /// Set by `wake`, cleared as a pass begins: whether a pass is still owed to a wake. A pass
+    /// run on the supervisor link's thread (after ends) spares the scheduler loop its own.
+    pass_due: std::sync::atomic::AtomicBool,
+    /// When the last GPU sample that was recorded was taken: a job that started after it has
+    /// no GPU samples to read. Until this daemon records one, when it started: a job started
+    /// before that may have samples an earlier daemon recorded.
+    gpus_sampled_at: std::sync::atomic::AtomicI64,
+    /// When the last pass said to look again (a retry's backoff), wherever it ran.
+    next_pass: Mutex<Option<Millis>>,
     /// Bumped after every job state change; `wait` and `logs --follow` listen to it.
     changed: watch::Sender<u64>,
     /// Bumped after every GPU sample; the dashboard's pages that chart the GPUs listen to it.
@@ -189,6 +198,11 @@ pub struct Daemon {
     pub(crate) web: crate::web::Sessions,
     /// Where the dashboard is served, once its listener is bound (`baton serve --web-addr`).
     pub(crate) web_url: Mutex<Option<String>>,
+}
+
+thread_local! {
+    /// Set while this thread defers its wakes (`Daemon::deferring_wakes`).
+    static WAKES_DEFERRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// What the daemon's lock guards. The backends (`crate::executor`) work on it too.
@@ -298,6 +312,9 @@ impl Daemon {
                 sweep_runs: Default::default(),
             }),
             wake: Notify::new(),
+            pass_due: std::sync::atomic::AtomicBool::new(true),
+            next_pass: Mutex::new(None),
+            gpus_sampled_at: std::sync::atomic::AtomicI64::new(now_ms()),
             changed: watch::Sender::new(0),
             sampled: watch::Sender::new(0),
             shutting_down: watch::Sender::new(false),
@@ -432,8 +449,15 @@ impl Daemon {
     async fn scheduler_loop(self: Arc<Self>) {
         let mut next: Option<Millis> = None;
         loop {
+            // A pass that ran elsewhere (on the supervisor link's thread) may have set a sooner
+            // time to look again.
+            let elsewhere = *self.next_pass.lock().unwrap_or_else(|p| p.into_inner());
+            let at = match (next, elsewhere) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let backoff_over = async {
-                match next {
+                match at {
                     Some(at) => {
                         let wait = (at - now_ms()).max(0) as u64;
                         tokio::time::sleep(std::time::Duration::from_millis(wait)).await
@@ -442,7 +466,8 @@ impl Daemon {
                 }
             };
             tokio::select! {
-                _ = self.wake.notified() => {}
+                // Woken for a pass that another one has covered since: only the timer is new.
+                _ = self.wake.notified() => if !self.pass_due() { continue },
                 _ = backoff_over => {}
             }
             // A bug in one pass must not stop every later one.
@@ -487,7 +512,24 @@ impl Daemon {
 
     /// Asks for a scheduling pass soon (coalesced with any already pending).
     pub fn wake(&self) {
-        self.wake.notify_one();
+        self.pass_due
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        if !WAKES_DEFERRED.get() {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Runs `f` with this thread's wakes deferred: they mark a pass as due without waking the
+    /// scheduler loop, for a caller that runs the pass itself right after (`pass_due`).
+    pub fn deferring_wakes(&self, f: &mut dyn FnMut()) {
+        WAKES_DEFERRED.set(true);
+        f();
+        WAKES_DEFERRED.set(false);
+    }
+
+    /// Whether a `wake` came since the last pass began.
+    pub fn pass_due(&self) -> bool {
+        self.pass_due.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The identity a job's processes (and its Slurm commands) run as: its owner's, when the

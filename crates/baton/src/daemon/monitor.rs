@@ -283,12 +283,15 @@ impl Daemon {
             monitor.last_prune = now;
         }
 
-        if let Err(e) = inner
+        match inner
             .jobs
             .store_mut()
             .record_samples(now, &gpu_rows, &job_rows)
         {
-            tracing::error!("cannot record GPU samples: {e}");
+            Ok(()) => self
+                .gpus_sampled_at
+                .store(now, std::sync::atomic::Ordering::Relaxed),
+            Err(e) => tracing::error!("cannot record GPU samples: {e}"),
         }
         if prune
             && let Err(e) = inner

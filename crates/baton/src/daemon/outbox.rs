@@ -139,7 +139,18 @@ impl Daemon {
                     },
                     None => report::Look::Here,
                 };
-                let usage = match self.lock().jobs.store().job_usage(id, job.attempt()) {
+                // No GPU, or no sample taken since it started (a short job): nothing to read.
+                let sampled_at = self
+                    .gpus_sampled_at
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                let usage = if job.gpus().is_empty()
+                    || job.started_at().is_some_and(|start| sampled_at < start)
+                {
+                    Ok(Vec::new())
+                } else {
+                    self.lock().jobs.store().job_usage(id, job.attempt())
+                };
+                let usage = match usage {
                     Ok(usage) => usage,
                     Err(e) => {
                         tracing::warn!(job = id.0, "no GPU usage for the report: {e}");
@@ -177,7 +188,9 @@ impl Daemon {
                     "report built"
                 );
                 let built = Arc::new(built);
-                match report::store(&files, &built) {
+                // A sweep's run keeps report.json alone (its markdown is made from it when asked):
+                // one file fewer for each of thousands of runs.
+                match report::store(&files, &built, job.sweep.is_none()) {
                     // In memory before the job stops counting as being reported on (`_done`),
                     // so whoever waited for it finds it there.
                     Ok(()) => self.reports.put(id, built.clone()),
@@ -366,7 +379,9 @@ impl Daemon {
         let job = self.job(id).ok().flatten();
         match (built, job) {
             (Some(built), Some(job)) => {
-                let path = self.files(id).report_md().display().to_string();
+                let path = report::markdown_file(&self.files(id), &built)
+                    .display()
+                    .to_string();
                 let msg = Message::new(&built.report, &built.markdown, &path, job.env.clone());
                 let sends = deliveries.iter().map(|d| {
                     let (me, job, msg) = (&self, &job, &msg);

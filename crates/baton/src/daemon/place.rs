@@ -13,7 +13,30 @@ impl Daemon {
     /// decisions (admissions, dependency failures, starts), and return the jobs started, for
     /// the local backend to launch, and when a queued job's retry backoff ends, if one waits
     /// for that.
-    pub(crate) fn place(&self) -> (Vec<JobRecord>, Option<Millis>) {
+    pub(crate) fn place(
+        &self,
+        contain: &mut dyn FnMut(&JobRecord) -> String,
+    ) -> (Vec<JobRecord>, Option<Millis>) {
+        // A pass that begins now covers every `wake` before it (see `pass_due`).
+        self.pass_due
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        let (launches, next_wakeup) = self.plan_and_start(contain);
+        let changed = {
+            let mut next = self.next_pass.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::replace(&mut *next, next_wakeup) != next_wakeup
+        };
+        if changed {
+            // The scheduler loop's timer, should this pass have run elsewhere.
+            self.wake.notify_one();
+        }
+        (launches, next_wakeup)
+    }
+
+    /// The pass itself: the pure scheduler's plan, its starts committed.
+    fn plan_and_start(
+        &self,
+        contain: &mut dyn FnMut(&JobRecord) -> String,
+    ) -> (Vec<JobRecord>, Option<Millis>) {
         let now = now_ms();
         let mut launches = Vec::new();
         let mut cascade = false;
@@ -102,7 +125,18 @@ impl Daemon {
                         (*id, start)
                     })
                     .collect();
-                let started = match inner.jobs.apply_all(changes, now, |_| Ok(())) {
+                // How each is contained, recorded with its start.
+                let contained: Vec<(JobId, String)> = starts
+                    .iter()
+                    .filter_map(|(id, _)| Some((*id, contain(inner.jobs.get(*id)?))))
+                    .collect();
+                let with_events = |tx: &rusqlite::Transaction<'_>| {
+                    for (id, how) in &contained {
+                        crate::store::log_event(tx, id.0, now, "contained", how)?;
+                    }
+                    Ok(())
+                };
+                let started = match inner.jobs.apply_all(changes, now, with_events) {
                     Ok(started) => started,
                     Err(e) => {
                         // Nothing started; the pass is tried again in a second.

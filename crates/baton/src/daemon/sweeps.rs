@@ -77,11 +77,7 @@ impl Daemon {
     /// cancelled if any was cancelled and none failed, else failed) and its comparison report
     /// is queued through the sweep's channels on this run's deliveries.
     pub(super) fn sweep_run_ended(&self, inner: &mut Inner, sweep: u64, last: JobId, at: Millis) {
-        if inner
-            .jobs
-            .active()
-            .any(|j| j.sweep.as_ref().is_some_and(|r| r.id == sweep))
-        {
+        if inner.jobs.active_runs(sweep).next().is_some() {
             return;
         }
         let Some(record) = inner.jobs.sweep(sweep).cloned() else {
@@ -134,8 +130,7 @@ impl Daemon {
         if record.alerted_at.is_some() {
             return;
         }
-        let of_sweep = |j: &&JobRecord| j.sweep.is_some_and(|r| r.id == sweep);
-        if !inner.jobs.active().any(|j| of_sweep(&j)) {
+        if inner.jobs.active_runs(sweep).next().is_none() {
             return; // the comparison says it all
         }
         let policy = EarlyWake {
@@ -171,7 +166,7 @@ impl Daemon {
             }
         }
         if stopping {
-            let remaining: Vec<JobRecord> = inner.jobs.active().filter(of_sweep).cloned().collect();
+            let remaining: Vec<JobRecord> = inner.jobs.active_runs(sweep).cloned().collect();
             // Who cancels is who the job's end names (`cancelled by baton (sweep 4 looks
             // broken; --on-failure stop)`): the why goes with the who, so that every end of a
             // cancel (before it started, its supervisor's, Slurm's) says it.

@@ -30,8 +30,13 @@ pub trait Host: Send + Sync + 'static {
 
     /// One scheduling pass over this machine's GPUs by the pure scheduler: the starts it
     /// decided, committed (each job `Start`ed), for the backend to launch, and when to look
-    /// again if a job waits for a moment rather than an event (a retry's backoff).
-    fn place(&self) -> (Vec<JobRecord>, Option<Millis>);
+    /// again if a job waits for a moment rather than an event (a retry's backoff). `contain`
+    /// is asked, before the commit, how each job about to start is contained (it may make its
+    /// cgroup): that `contained` event is committed with the start.
+    fn place(
+        &self,
+        contain: &mut dyn FnMut(&JobRecord) -> String,
+    ) -> (Vec<JobRecord>, Option<Millis>);
 
     /// Records a job's end (with its deliveries) and acts on it: GPUs free, report, dependents.
     fn end(&self, jobs: &mut Self::Locked<'_>, id: JobId, ending: Ending);
@@ -42,14 +47,17 @@ pub trait Host: Send + Sync + 'static {
     /// A job started: its workflow may start with it.
     fn started(&self, jobs: &mut Self::Locked<'_>, job: &JobRecord);
 
-    /// Adds an entry to a job's history.
-    fn note(&self, id: JobId, kind: &str, detail: &str);
-
     /// Jobs changed: waiters look again.
     fn changed(&self);
 
     /// Asks for a pass soon.
     fn wake(&self);
+
+    /// Whether a pass is owed to a `wake` (none began since).
+    fn pass_due(&self) -> bool;
+
+    /// Runs `f` with this thread's wakes only marking a pass as due: the caller runs it.
+    fn deferring_wakes(&self, f: &mut dyn FnMut());
 
     /// Where the backend's tasks are spawned, so that a stop drains them.
     fn tasks(&self) -> &Tasks;

@@ -1,33 +1,41 @@
 //! The daemon's link to its supervisor (`supervisor/`): the one already listening on the state
 //! directory's socket, or one started (`baton supervisor SOCKET`) when none answers. Launches
-//! and cancels go to it as lines (`supervisor::protocol`); each `ended` line resolves the
-//! `Waiter` of that attempt. A thread per connection reads those lines. When the connection
-//! ends (the supervisor was killed), every waiter still open resolves, and the daemon reads
-//! each attempt's record to learn what became of it, as it does after a restart.
+//! and cancels go to it as lines (`supervisor::protocol`). A thread per connection reads its
+//! `ended` lines and hands each batch of them (every line that had arrived) to the daemon's
+//! `Events`, on that thread: an end is recorded, and the next jobs started, with no hop to
+//! another thread in between. When the connection ends (the supervisor was killed), the
+//! attempts it had been given and not finished go to `Events::gone`, and the daemon reads each
+//! one's record to learn what became of it, as it does after a restart.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::Shutdown;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
-
-use tokio::sync::oneshot;
 
 use super::supervisor::protocol::{Ended, Request};
 
 /// How long a supervisor just started may take to listen.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// What the daemon does with what the supervisor says. Called on the link's reader thread.
+pub trait Events: Send + Sync + 'static {
+    /// These attempts ended (their ends are in their records).
+    fn ended(&self, ended: &[Ended]);
+    /// The supervisor is gone, with these attempts given to it and not reported ended.
+    fn gone(&self, unfinished: Vec<Ended>);
+}
+
 /// The daemon's handle on its supervisor; connected on first use, and again after the
 /// supervisor went away.
 pub struct Link {
     exe: PathBuf,
     socket: PathBuf,
+    events: OnceLock<Arc<dyn Events>>,
     conn: Mutex<Option<Arc<Conn>>>,
 }
 
@@ -38,22 +46,15 @@ struct Conn {
     writer: Mutex<UnixStream>,
     /// The supervisor's pid, from the socket's peer credentials.
     pid: i32,
-    waiters: Mutex<Waiters>,
+    given: Mutex<Given>,
 }
 
+/// The attempts given to one supervisor and not reported ended.
 #[derive(Default)]
-struct Waiters {
-    /// False once the connection ended: nothing more will be resolved through it.
+struct Given {
+    /// True once the connection ended: nothing more goes through it.
     closed: bool,
-    by_attempt: HashMap<Key, (u64, oneshot::Sender<()>)>,
-}
-
-/// Resolves when the supervisor says the attempt ended, or when the supervisor is gone.
-pub struct Waiter {
-    rx: oneshot::Receiver<()>,
-    key: Key,
-    id: u64,
-    conn: Weak<Conn>,
+    attempts: HashSet<Key>,
 }
 
 /// How a cancel reaches an attempt the supervisor runs.
@@ -62,8 +63,6 @@ pub struct Stopper {
     conn: Weak<Conn>,
 }
 
-static NEXT_WAITER: AtomicU64 = AtomicU64::new(1);
-
 impl Link {
     /// The link to the supervisor of the state directory whose socket is `socket`, started
     /// from the baton binary `exe` when none runs.
@@ -71,36 +70,47 @@ impl Link {
         Link {
             exe,
             socket,
+            events: OnceLock::new(),
             conn: Mutex::new(None),
         }
     }
 
-    /// Asks the supervisor to run the launch written in `dir`. The waiter is registered before
-    /// the request goes out, so its end cannot come first.
-    pub fn launch(&self, dir: &Path, attempt: u32) -> io::Result<(Waiter, Stopper)> {
+    /// Where what the supervisor says goes; set once, before the first connection.
+    pub fn set_events(&self, events: Arc<dyn Events>) {
+        let _ = self.events.set(events);
+    }
+
+    /// Connects to the supervisor, starting one if none runs.
+    pub fn connect(&self) -> io::Result<()> {
+        self.connected().map(drop)
+    }
+
+    /// Asks the supervisor to run the launch written in `dir`.
+    pub fn launch(&self, dir: &Path, attempt: u32) -> io::Result<Stopper> {
         let key = key(dir, attempt)?;
         let mut last = None;
         // A supervisor that died since the last launch is replaced once.
         for _ in 0..2 {
             let conn = self.connected()?;
-            let Some(waiter) = conn.register(&key) else {
+            // Given before it is sent: should the supervisor die at once, the attempt is among
+            // those `gone` reports.
+            if !conn.give(&key) {
                 self.forget(&conn);
                 continue;
-            };
+            }
             let request = Request::Launch {
                 attempt,
                 dir: key.0.clone(),
             };
             match conn.send(&request) {
                 Ok(()) => {
-                    let stopper = Stopper {
+                    return Ok(Stopper {
                         key,
                         conn: Arc::downgrade(&conn),
-                    };
-                    return Ok((waiter, stopper));
+                    });
                 }
                 Err(e) => {
-                    drop(waiter);
+                    conn.take_back(&key);
                     self.forget(&conn);
                     last = Some(e);
                 }
@@ -109,24 +119,22 @@ impl Link {
         Err(last.unwrap_or_else(|| io::Error::other("the supervisor went away")))
     }
 
-    /// For a restarted daemon: a waiter (and a stopper) for an attempt that the supervisor it
-    /// now reaches may be running, with that supervisor's pid, to be kept only if the attempt's
-    /// record names that pid. Registered before the record is read, so an end in between is
-    /// not missed.
-    pub fn watch(&self, dir: &Path, attempt: u32) -> Option<(Waiter, Stopper, i32)> {
-        let key = key(dir, attempt).ok()?;
-        let conn = self.connected().ok()?;
-        let waiter = conn.register(&key)?;
-        let stopper = Stopper {
-            key,
-            conn: Arc::downgrade(&conn),
-        };
-        Some((waiter, stopper, conn.pid))
+    /// The pid of the supervisor this daemon reaches (connecting first), for a restarted
+    /// daemon to tell the attempts it runs.
+    pub fn supervisor_pid(&self) -> Option<i32> {
+        self.connected().ok().map(|c| c.pid)
     }
 
-    /// Connects to the supervisor, starting one if none runs.
-    pub fn connect(&self) -> io::Result<()> {
-        self.connected().map(drop)
+    /// For a restarted daemon: an attempt that the supervisor with `pid` runs, found in its
+    /// record, from now on followed through this link. `None` if that supervisor is not the
+    /// one this daemon reaches.
+    pub fn adopt(&self, dir: &Path, attempt: u32, pid: i32) -> Option<Stopper> {
+        let key = key(dir, attempt).ok()?;
+        let conn = self.connected().ok()?;
+        (conn.pid == pid && conn.give(&key)).then(|| Stopper {
+            key,
+            conn: Arc::downgrade(&conn),
+        })
     }
 
     fn connections(&self) -> MutexGuard<'_, Option<Arc<Conn>>> {
@@ -159,7 +167,7 @@ impl Link {
         // successor until it is gone: a few tries.
         for _ in 0..5 {
             if let Ok(stream) = UnixStream::connect(&self.socket) {
-                match Conn::open(stream, None) {
+                match self.opened(stream, None) {
                     Ok(conn) => return Ok(conn),
                     // A socket of someone else's: no supervisor of ours can listen there.
                     Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Err(e),
@@ -201,7 +209,35 @@ impl Link {
             )));
         }
         let stream = UnixStream::connect(&self.socket)?;
-        Conn::open(stream, Some(child))
+        self.opened(stream, Some(child))
+    }
+
+    /// A connection to a supervisor of this user, with its reader thread started. `child`: the
+    /// supervisor, when this daemon started it (reaped once it exits).
+    fn opened(&self, stream: UnixStream, child: Option<Child>) -> io::Result<Arc<Conn>> {
+        let cred = rustix::net::sockopt::socket_peercred(stream.as_fd())?;
+        if cred.uid != rustix::process::geteuid() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the supervisor's socket belongs to another user",
+            ));
+        }
+        let events = self
+            .events
+            .get()
+            .cloned()
+            .ok_or_else(|| io::Error::other("nothing takes the supervisor's word yet"))?;
+        let reader = stream.try_clone()?;
+        let conn = Arc::new(Conn {
+            writer: Mutex::new(stream),
+            pid: cred.pid.as_raw_nonzero().get(),
+            given: Mutex::default(),
+        });
+        let theirs = conn.clone();
+        std::thread::Builder::new()
+            .name("baton-supervisor-link".into())
+            .spawn(move || theirs.read(reader, child, &*events))?;
+        Ok(conn)
     }
 }
 
@@ -216,78 +252,70 @@ impl Drop for Link {
 }
 
 impl Conn {
-    /// A connection to a supervisor of this user, with its reader thread started. `child`: the
-    /// supervisor, when this daemon started it (reaped once it exits).
-    fn open(stream: UnixStream, child: Option<Child>) -> io::Result<Arc<Conn>> {
-        let cred = rustix::net::sockopt::socket_peercred(stream.as_fd())?;
-        if cred.uid != rustix::process::geteuid() {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                "the supervisor's socket belongs to another user",
-            ));
-        }
-        let reader = stream.try_clone()?;
-        let conn = Arc::new(Conn {
-            writer: Mutex::new(stream),
-            pid: cred.pid.as_raw_nonzero().get(),
-            waiters: Mutex::default(),
-        });
-        let theirs = conn.clone();
-        std::thread::Builder::new()
-            .name("baton-supervisor-link".into())
-            .spawn(move || theirs.read(reader, child))?;
-        Ok(conn)
-    }
-
     fn writer(&self) -> MutexGuard<'_, UnixStream> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn waiters(&self) -> MutexGuard<'_, Waiters> {
-        self.waiters.lock().unwrap_or_else(|p| p.into_inner())
+    fn given(&self) -> MutexGuard<'_, Given> {
+        self.given.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn is_closed(&self) -> bool {
-        self.waiters().closed
+        self.given().closed
     }
 
-    fn register(self: &Arc<Conn>, key: &Key) -> Option<Waiter> {
-        let mut waiters = self.waiters();
-        if waiters.closed {
-            return None;
+    /// Counts the attempt as given to this supervisor; false once the connection ended.
+    fn give(&self, key: &Key) -> bool {
+        let mut given = self.given();
+        if given.closed {
+            return false;
         }
-        let (tx, rx) = oneshot::channel();
-        let id = NEXT_WAITER.fetch_add(1, Ordering::Relaxed);
-        waiters.by_attempt.insert(key.clone(), (id, tx));
-        Some(Waiter {
-            rx,
-            key: key.clone(),
-            id,
-            conn: Arc::downgrade(self),
-        })
+        given.attempts.insert(key.clone());
+        true
+    }
+
+    fn take_back(&self, key: &Key) {
+        self.given().attempts.remove(key);
     }
 
     fn send(&self, request: &Request) -> io::Result<()> {
         self.writer().write_all(request.line().as_bytes())
     }
 
-    /// The reader thread: resolves waiters as their attempts end, then every one left when
-    /// the connection ends.
-    fn read(self: Arc<Conn>, stream: UnixStream, child: Option<Child>) {
-        for line in BufReader::new(stream).lines() {
-            let Ok(line) = line else { break };
-            let Some(Ended { attempt, dir }) = Ended::parse(&line) else {
-                tracing::warn!("unexpected line from the supervisor: {line:?}");
-                continue;
-            };
-            if let Some((_, tx)) = self.waiters().by_attempt.remove(&(dir, attempt)) {
-                let _ = tx.send(());
+    /// The reader thread: hands each batch of ends to `events`, then, when the connection
+    /// ends, the attempts left.
+    fn read(self: Arc<Conn>, stream: UnixStream, child: Option<Child>, events: &dyn Events) {
+        let mut reader = BufReader::new(stream);
+        let mut batch = Vec::new();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            match Ended::parse(line.trim_end_matches('\n')) {
+                Some(ended) => {
+                    self.given()
+                        .attempts
+                        .remove(&(ended.dir.clone(), ended.attempt));
+                    batch.push(ended);
+                }
+                None => tracing::warn!("unexpected line from the supervisor: {line:?}"),
+            }
+            // Every end that has arrived goes in one batch: one scheduling pass after them.
+            if !reader.buffer().contains(&b'\n') && !batch.is_empty() {
+                events.ended(&batch);
+                batch.clear();
             }
         }
-        let left = {
-            let mut waiters = self.waiters();
-            waiters.closed = true;
-            std::mem::take(&mut waiters.by_attempt)
+        let left: Vec<Ended> = {
+            let mut given = self.given();
+            given.closed = true;
+            std::mem::take(&mut given.attempts)
+                .into_iter()
+                .map(|(dir, attempt)| Ended { attempt, dir })
+                .collect()
         };
         if !left.is_empty() {
             tracing::warn!(
@@ -295,33 +323,9 @@ impl Conn {
                 left.len()
             );
         }
-        for (_, tx) in left.into_values() {
-            let _ = tx.send(());
-        }
+        events.gone(left);
         if let Some(mut child) = child {
             let _ = child.wait();
-        }
-    }
-}
-
-impl Waiter {
-    /// Resolves when the attempt ended, or its supervisor is gone.
-    pub async fn ended(mut self) {
-        let _ = (&mut self.rx).await;
-    }
-}
-
-impl Drop for Waiter {
-    fn drop(&mut self) {
-        if let Some(conn) = self.conn.upgrade() {
-            let mut waiters = conn.waiters();
-            if waiters
-                .by_attempt
-                .get(&self.key)
-                .is_some_and(|(id, _)| *id == self.id)
-            {
-                waiters.by_attempt.remove(&self.key);
-            }
         }
     }
 }

@@ -7,6 +7,7 @@
 //! own: a cancel reaches an attempt through them.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use baton_core::lifecycle::decide::{self, AttemptExit};
@@ -52,14 +53,14 @@ impl LocalBackend {
 
 impl<H: Host> Backend<H> for LocalBackend {
     fn pass(&self, host: &Arc<H>) -> Option<Millis> {
-        let (launches, next_wakeup) = host.place();
+        let (launches, next_wakeup) = self.place(host);
         if !launches.is_empty() {
             // Launching touches files, the supervisor's socket and (in system mode) the user
             // database: off the async workers, so that requests keep being answered meanwhile.
             let (me, host) = (self.clone(), host.clone());
             host.clone().tasks().spawn_blocking(move || {
-                for job in launches {
-                    me.launch(&host, job);
+                for (job, cgroup) in launches {
+                    me.launch(&host, job, cgroup);
                 }
             });
         }
@@ -112,10 +113,34 @@ impl<H: Host> Backend<H> for LocalBackend {
 }
 
 impl LocalBackend {
-    /// Hands a job the pass started to the supervisor, and watches it.
-    fn launch<H: Host>(&self, host: &Arc<H>, job: JobRecord) {
+    /// A scheduling pass: the jobs it started, each with the cgroup made for it (before the
+    /// start was committed, with the `contained` event that says so).
+    fn place<H: Host>(&self, host: &Arc<H>) -> (Vec<(JobRecord, Option<PathBuf>)>, Option<Millis>) {
+        let mut made: HashMap<JobId, Option<PathBuf>> = HashMap::new();
+        let (launches, next_wakeup) = host.place(&mut |job| {
+            // The attempt it is about to start.
+            let (cgroup, contained) = self.containment.prepare(job.id.0, job.attempt() + 1);
+            made.insert(job.id, cgroup);
+            contained
+        });
+        let launches: Vec<(JobRecord, Option<PathBuf>)> = launches
+            .into_iter()
+            .map(|job| {
+                let cgroup = made.remove(&job.id).flatten();
+                (job, cgroup)
+            })
+            .collect();
+        // Made for a start that could not be recorded: no job is in them.
+        for dir in made.into_values().flatten() {
+            let _ = std::fs::remove_dir(dir);
+        }
+        (launches, next_wakeup)
+    }
+
+    /// Hands a job the pass started to the supervisor, and watches it. `cgroup`: the one made
+    /// for this attempt, if any.
+    fn launch<H: Host>(&self, host: &Arc<H>, job: JobRecord, cgroup: Option<PathBuf>) {
         let files = host.files(job.id);
-        let (cgroup, contained) = self.containment.prepare(job.id.0, job.attempt());
         let made = cgroup.clone();
         let result = self
             .launch_description(&**host, &job, cgroup)
@@ -125,12 +150,7 @@ impl LocalBackend {
                     .map_err(|e| e.to_string())
             });
         match result {
-            Ok((watch, signal)) => {
-                // Which way its processes are held, for `baton events`: a cgroup, or the
-                // supervisor as subreaper (and why no cgroup).
-                host.note(job.id, "contained", &contained);
-                self.watch(host, job.id, job.attempt(), watch, signal)
-            }
+            Ok((watch, signal)) => self.watch(host, job.id, job.attempt(), watch, signal),
             Err(e) => {
                 tracing::error!(job = job.id.0, "cannot start: {e}");
                 if let Some(dir) = made {
@@ -194,6 +214,10 @@ impl LocalBackend {
             self.stoppers().insert(id, stopper);
             drop(jobs);
         }
+        // The supervisor's word comes through the link (`SupervisorEvents`): nothing to await.
+        if matches!(watch, Watch::Supervisor) {
+            return;
+        }
         let (me, host) = (self.clone(), host.clone());
         // Cancelled at a stop: the job runs on, and the next daemon watches it again.
         host.clone().tasks().spawn(Until::Drained, async move {
@@ -205,6 +229,16 @@ impl LocalBackend {
                 Some(exit) => Recovery::Ended(exit),
                 None => me.executor.recover(&files, attempt).await,
             };
+            me.take_up(&host, id, attempt, found, "its supervisor stopped");
+        });
+    }
+
+    /// What became of an attempt the supervisor reported ended without a record of its end
+    /// (it was not its to run), or left unfinished when it went away: read from its files.
+    fn settle<H: Host>(&self, host: &Arc<H>, id: JobId, attempt: u32) {
+        let (me, host) = (self.clone(), host.clone());
+        host.clone().tasks().spawn(Until::Drained, async move {
+            let found = me.executor.recover(&host.files(id), attempt).await;
             me.take_up(&host, id, attempt, found, "its supervisor stopped");
         });
     }
@@ -264,6 +298,11 @@ impl LocalBackend {
     /// daemon was away, still runs (watched again), never started (back to the queue), or lost
     /// its supervisor (what it left is ended, then so is the attempt).
     async fn recover<H: Host>(&self, host: &Arc<H>) {
+        self.executor.set_events(Arc::new(SupervisorEvents {
+            backend: self.clone(),
+            host: host.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        }));
         // The supervisor that still runs jobs of an earlier daemon, or a new one, ready before
         // the first job is (starting one takes milliseconds; connecting blocks).
         let me = self.clone();
@@ -318,6 +357,73 @@ impl LocalBackend {
             Recovery::Lost => {
                 let lost = self.clone().lost(host.clone(), id, attempt);
                 host.tasks().spawn(Until::Drained, lost);
+            }
+        }
+    }
+}
+
+/// What the supervisor says, acted on where it is read (the link's thread): each batch of ends
+/// is recorded, then the jobs that can start on what they freed are started, in one go on that
+/// thread. Handing them to the async workers and then to a blocking thread for the launch cost
+/// each short job about a millisecond of waiting for a core between the hops.
+struct SupervisorEvents<H: Host> {
+    backend: LocalBackend,
+    host: Arc<H>,
+    /// For the tasks it starts (the rare cases that read files and wait).
+    runtime: tokio::runtime::Handle,
+}
+
+impl<H: Host> SupervisorEvents<H> {
+    /// The job whose directory is `dir`.
+    fn job_of(&self, dir: &str) -> Option<JobId> {
+        let id = JobId(
+            std::path::Path::new(dir)
+                .file_name()?
+                .to_str()?
+                .parse()
+                .ok()?,
+        );
+        (self.host.files(id).dir.as_os_str() == dir).then_some(id)
+    }
+}
+
+impl<H: Host> super::Events for SupervisorEvents<H> {
+    fn ended(&self, ended: &[super::supervisor::protocol::Ended]) {
+        let _runtime = self.runtime.enter();
+        // The pass these ends ask for is run here, just after: the scheduler loop is not woken
+        // for it.
+        self.host.deferring_wakes(&mut || {
+            for end in ended {
+                let Some(id) = self.job_of(&end.dir) else {
+                    continue;
+                };
+                match self.host.files(id).exit_of(end.attempt) {
+                    Some(exit) => {
+                        self.backend
+                            .attempt_ended(&*self.host, id, end.attempt, Some(exit))
+                    }
+                    None => self.backend.settle(&self.host, id, end.attempt),
+                }
+            }
+        });
+        if !self.host.pass_due() {
+            return;
+        }
+        if self.host.tasks().stopping() {
+            // No new work at a stop; whatever asked for the pass is the next daemon's.
+            return;
+        }
+        let (launches, _) = self.backend.place(&self.host);
+        for (job, cgroup) in launches {
+            self.backend.launch(&self.host, job, cgroup);
+        }
+    }
+
+    fn gone(&self, unfinished: Vec<super::supervisor::protocol::Ended>) {
+        let _runtime = self.runtime.enter();
+        for end in unfinished {
+            if let Some(id) = self.job_of(&end.dir) {
+                self.backend.settle(&self.host, id, end.attempt);
             }
         }
     }

@@ -25,6 +25,7 @@ pub mod slurm;
 pub mod supervisor;
 
 pub use backend::{Backend, Host, Placed, SignalError, job_env};
+pub use link::Events;
 pub use local::LocalBackend;
 
 use std::fs;
@@ -214,10 +215,34 @@ impl JobFiles {
             .collect()
     }
 
+    /// The supervisor's record as it is now, read once for several questions.
+    pub fn record(&self) -> Record {
+        Record {
+            events: self.events(),
+        }
+    }
+
     /// The exit record of `attempt`, if that attempt has ended.
     pub fn exit_of(&self, attempt: u32) -> Option<ExitRecord> {
-        self.events().into_iter().find_map(|e| match e {
-            SupervisorEvent::Exited(exit) if exit.attempt == attempt => Some(exit),
+        self.record().exit_of(attempt)
+    }
+
+    /// The supervisor record of `attempt`, if its supervisor has claimed the launch.
+    pub fn supervisor_of(&self, attempt: u32) -> Option<SupervisorRecord> {
+        self.record().supervisor_of(attempt)
+    }
+}
+
+/// The complete lines of a job's supervisor record, read at one moment.
+pub struct Record {
+    events: Vec<SupervisorEvent>,
+}
+
+impl Record {
+    /// The exit record of `attempt`, if that attempt has ended.
+    pub fn exit_of(&self, attempt: u32) -> Option<ExitRecord> {
+        self.events.iter().find_map(|e| match e {
+            SupervisorEvent::Exited(exit) if exit.attempt == attempt => Some(exit.clone()),
             _ => None,
         })
     }
@@ -228,10 +253,12 @@ impl JobFiles {
     pub fn start_error_of(&self, attempt: u32) -> Option<String> {
         let mut spawned = false;
         let mut error = None;
-        for event in self.events() {
+        for event in &self.events {
             match event {
-                SupervisorEvent::Spawned { attempt: a, .. } if a == attempt => spawned = true,
-                SupervisorEvent::Exited(exit) if exit.attempt == attempt => error = exit.error,
+                SupervisorEvent::Spawned { attempt: a, .. } if *a == attempt => spawned = true,
+                SupervisorEvent::Exited(exit) if exit.attempt == attempt => {
+                    error = exit.error.clone()
+                }
                 _ => {}
             }
         }
@@ -241,8 +268,8 @@ impl JobFiles {
     /// The supervisor record of `attempt`, if its supervisor has claimed the launch.
     pub fn supervisor_of(&self, attempt: u32) -> Option<SupervisorRecord> {
         let mut record = None;
-        for event in self.events() {
-            match event {
+        for event in &self.events {
+            match *event {
                 SupervisorEvent::Claimed { attempt: a, pid } if a == attempt => {
                     record = Some(SupervisorRecord {
                         attempt,
@@ -267,6 +294,31 @@ impl JobFiles {
         }
         record
     }
+
+    /// Whether the kernel's OOM killer acted while `attempt` ran: the job died of SIGKILL and
+    /// the kernel's count of OOM kills went up meanwhile. (Another process may have been the
+    /// victim on a busy machine; the report words it as likely, not certain.)
+    pub fn oom_killed(&self, attempt: u32) -> bool {
+        let mut at_start = None;
+        let mut exit = None;
+        for event in &self.events {
+            match event {
+                SupervisorEvent::Spawned {
+                    attempt: a,
+                    oom_kills,
+                    ..
+                } if *a == attempt => at_start = *oom_kills,
+                SupervisorEvent::Exited(e) if e.attempt == attempt => exit = Some(e),
+                _ => {}
+            }
+        }
+        match (at_start, exit) {
+            (Some(before), Some(e)) => {
+                e.signal == Some(9) && !e.cancelled && !e.timed_out && e.oom_kills > Some(before)
+            }
+            _ => false,
+        }
+    }
 }
 
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
@@ -283,18 +335,21 @@ pub fn append_event(file: &fs::File, event: &SupervisorEvent) -> io::Result<()> 
     io::Write::write_all(&mut &*file, &line)
 }
 
-/// Waits for an attempt's supervision to end: the supervisor's word that it ended (or that the
-/// supervisor is gone), or the exit of a process that supervises that attempt alone.
+/// How the daemon learns that an attempt ended.
 pub enum Watch {
-    Link(link::Waiter),
+    /// The supervisor it reaches says so, through the link (`LocalBackend`'s `Events`).
+    Supervisor,
+    /// A supervisor of that attempt alone, this daemon's child, exits.
     Child(tokio::process::Child),
+    /// A supervisor of that attempt alone, found alive after a restart, exits.
     Pidfd(AsyncFd<OwnedFd>),
 }
 
 impl Watch {
+    /// Resolves when the process watched exits (never for `Supervisor`).
     pub async fn exited(self) {
         match self {
-            Watch::Link(waiter) => waiter.ended().await,
+            Watch::Supervisor => std::future::pending().await,
             Watch::Child(mut child) => {
                 let _ = child.wait().await;
             }
@@ -357,6 +412,11 @@ impl LocalExecutor {
         }
     }
 
+    /// Where what the supervisor says goes (set once, before `connect`).
+    pub fn set_events(&self, events: std::sync::Arc<dyn link::Events>) {
+        self.link.set_events(events);
+    }
+
     /// Connects to the supervisor, starting one if none runs. Blocking.
     pub fn connect(&self) -> io::Result<()> {
         self.link.connect()
@@ -376,9 +436,7 @@ impl LocalExecutor {
         let path = files.launch();
         fs::write(&path, &body).map_err(io_err(&path))?;
         match self.link.launch(&files.dir, launch.attempt) {
-            Ok((waiter, stopper)) => {
-                return Ok((Watch::Link(waiter), Some(Stopper::Link(stopper))));
-            }
+            Ok(stopper) => return Ok((Watch::Supervisor, Some(Stopper::Link(stopper)))),
             Err(e) => tracing::warn!(
                 "the supervisor cannot be reached ({e}); running one for job {} alone",
                 launch.job_id
@@ -404,10 +462,11 @@ impl LocalExecutor {
         Ok((Watch::Child(child), stopper))
     }
 
-    /// Decides what became of `attempt` while no daemon was watching it.
+    /// Decides what became of `attempt` while no daemon was watching it. Blocking, briefly
+    /// (it may connect to the supervisor).
     pub async fn recover(&self, files: &JobFiles, attempt: u32) -> Recovery {
-        // Before the record is read: an end that comes meanwhile resolves this waiter.
-        let mut waiter = self.link.watch(&files.dir, attempt);
+        // Connected before the record is read: an end that comes meanwhile is told.
+        let reached = self.link.supervisor_pid();
         if let Some(exit) = files.exit_of(attempt) {
             return Recovery::Ended(exit);
         }
@@ -425,10 +484,10 @@ impl LocalExecutor {
             match (alive, record) {
                 (true, Some(rec)) => {
                     // Run by the supervisor this daemon reaches: it says when the attempt ends.
-                    if waiter.as_ref().is_some_and(|(_, _, pid)| *pid == rec.pid)
-                        && let Some((waiter, stopper, _)) = waiter.take()
+                    if reached == Some(rec.pid)
+                        && let Some(stopper) = self.link.adopt(&files.dir, attempt, rec.pid)
                     {
-                        return Recovery::Running(Watch::Link(waiter), Stopper::Link(stopper));
+                        return Recovery::Running(Watch::Supervisor, Stopper::Link(stopper));
                     }
                     // Supervised by a process of its own: watched through its pidfd.
                     if let Some(running) = pidfd_of(rec.pid).and_then(|fd| {
@@ -591,31 +650,6 @@ pub fn oom_kill_count() -> Option<u64> {
         .and_then(|n| n.trim().parse().ok())
 }
 
-/// Whether the kernel's OOM killer acted while `attempt` ran: the job died of SIGKILL and the
-/// kernel's count of OOM kills went up meanwhile. (Another process may have been the victim on
-/// a busy machine; the report words it as likely, not certain.)
-pub fn oom_killed(files: &JobFiles, attempt: u32) -> bool {
-    let mut at_start = None;
-    let mut exit = None;
-    for event in files.events() {
-        match event {
-            SupervisorEvent::Spawned {
-                attempt: a,
-                oom_kills,
-                ..
-            } if a == attempt => at_start = oom_kills,
-            SupervisorEvent::Exited(e) if e.attempt == attempt => exit = Some(e),
-            _ => {}
-        }
-    }
-    match (at_start, exit) {
-        (Some(before), Some(e)) => {
-            e.signal == Some(9) && !e.cancelled && !e.timed_out && e.oom_kills > Some(before)
-        }
-        _ => false,
-    }
-}
-
 /// A process's start time in clock ticks since boot: field 22 of `/proc/PID/stat`.
 pub fn process_start_time(pid: i32) -> Option<u64> {
     crate::procinfo::start_time(u32::try_from(pid).ok()?)
@@ -677,13 +711,16 @@ mod tests {
             oom_kills: Some(count),
         };
         let (_d, files) = record(&[spawned(3), exit(Some(9), Some(4))]);
-        assert!(oom_killed(&files, 1));
+        assert!(files.record().oom_killed(1));
         let (_d, files) = record(&[spawned(3), exit(Some(9), Some(3))]);
-        assert!(!oom_killed(&files, 1), "no OOM kill happened meanwhile");
+        assert!(
+            !files.record().oom_killed(1),
+            "no OOM kill happened meanwhile"
+        );
         let (_d, files) = record(&[spawned(3), exit(Some(15), None)]);
-        assert!(!oom_killed(&files, 1), "not a SIGKILL");
+        assert!(!files.record().oom_killed(1), "not a SIGKILL");
         let (_d, files) = record(&[spawned(3), exit(Some(9), Some(9))]);
-        assert!(!oom_killed(&files, 2), "another attempt");
+        assert!(!files.record().oom_killed(2), "another attempt");
     }
 
     #[test]
@@ -704,10 +741,10 @@ mod tests {
         let claimed = |attempt| SupervisorEvent::Claimed { attempt, pid: 7 };
         let (_d, files) = record(&[claimed(1), failed(1, "command not found: foo")]);
         assert_eq!(
-            files.start_error_of(1).as_deref(),
+            files.record().start_error_of(1).as_deref(),
             Some("command not found: foo")
         );
-        assert_eq!(files.start_error_of(2), None, "another attempt");
+        assert_eq!(files.record().start_error_of(2), None, "another attempt");
         // An error after the spawn: the command ran.
         let spawned = SupervisorEvent::Spawned {
             attempt: 1,
@@ -716,9 +753,9 @@ mod tests {
             oom_kills: None,
         };
         let (_d, files) = record(&[claimed(1), spawned, failed(1, "lost track of the job")]);
-        assert_eq!(files.start_error_of(1), None);
+        assert_eq!(files.record().start_error_of(1), None);
         // A clean exit.
         let (_d, files) = record(&[claimed(1), exit(None, None)]);
-        assert_eq!(files.start_error_of(1), None);
+        assert_eq!(files.record().start_error_of(1), None);
     }
 }

@@ -56,7 +56,7 @@ impl Store {
 }
 
 /// Adds one entry to a job's history inside the transaction that makes the change.
-pub(super) fn log_event(
+pub(crate) fn log_event(
     tx: &rusqlite::Transaction<'_>,
     id: u64,
     at: Millis,

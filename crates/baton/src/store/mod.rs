@@ -64,6 +64,7 @@ pub(crate) use deliveries::{insert_deliveries, supersede_deliveries};
 // No caller names `Event` today (they take it from `events()`), but it stays where it was.
 #[allow(unused_imports)]
 pub use events::Event;
+pub(crate) use events::log_event;
 pub use history::{HeldRow, Readers, Removed};
 pub use jobs::{JobRecord, NewJob, SpecChange, default_name};
 pub use monitor::{AuditEntry, GpuMinuteSample, JobGpuSample, JobGpuUsage};

@@ -43,10 +43,13 @@ pub async fn handle(
             error: d.error,
         })
         .collect();
+    let path = crate::report::markdown_file(&daemon.files(id), &built)
+        .display()
+        .to_string();
     Ok(Json(ReportResponse {
         markdown: built.markdown,
         report: built.report,
-        path: daemon.files(id).report_md().display().to_string(),
+        path,
         deliveries,
     }))
 }

@@ -205,8 +205,7 @@ impl Attempt {
             return attempt;
         }
         match spawn(&attempt.files, &launch) {
-            Ok(child) => {
-                let pid = child.id() as i32;
+            Ok(pid) => {
                 if let Some(record) = &attempt.record {
                     let _ = append_event(
                         record,
@@ -532,7 +531,9 @@ mod tests {
         assert!(matches!(claim(dir.path(), 3), Claim::Unreadable));
         let exit = files.exit_of(3).expect("an exit record");
         assert!(
-            exit.error.unwrap().contains("unreadable launch description"),
+            exit.error
+                .unwrap()
+                .contains("unreadable launch description"),
             "{:?}",
             files.events()
         );
