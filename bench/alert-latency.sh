@@ -14,7 +14,7 @@ N=${N:-5}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BATON=${BATON:-$root/target/release/baton}
 if [ ! -x "$BATON" ]; then
-  (cd "$root" && cargo build --release -p baton-gpu --bin baton)
+  (cd "$root" && cargo build --release -p baton-gpu --bins)
 fi
 command -v python3 >/dev/null || { echo "bench/alert-latency.sh needs python3" >&2; exit 1; }
 

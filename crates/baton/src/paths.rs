@@ -49,3 +49,30 @@ pub fn workflow_dir(home: &Path, id: u64) -> PathBuf {
 pub fn workflow_report(home: &Path, id: u64) -> PathBuf {
     workflow_dir(home, id).join("report.md")
 }
+
+/// `batond`, the whole of baton, beside the running binary (itself, when that is `batond`); by
+/// name in PATH when there is none beside it.
+pub fn batond() -> PathBuf {
+    let me = std::env::current_exe().unwrap_or_default();
+    if me.file_name().is_some_and(|n| n == "batond") {
+        return me;
+    }
+    let beside = me.with_file_name("batond");
+    if beside.is_file() {
+        beside
+    } else {
+        PathBuf::from("batond")
+    }
+}
+
+/// `baton`, the front end people and agents run, beside the running binary (itself, when none
+/// is beside it): what is written into an agent's settings.
+pub fn front() -> PathBuf {
+    let me = std::env::current_exe().unwrap_or_default();
+    let beside = me.with_file_name("baton");
+    if me.file_name().is_some_and(|n| n != "baton") && beside.is_file() {
+        beside
+    } else {
+        me
+    }
+}

@@ -361,10 +361,15 @@ pub fn markdown_file(files: &JobFiles, built: &Built) -> PathBuf {
     path
 }
 
+/// The stored report's data alone, without its markdown, if it has been built.
+pub fn load_report(files: &JobFiles) -> Option<Report> {
+    serde_json::from_slice(&fs::read(files.report_json()).ok()?).ok()
+}
+
 /// The stored report, if it has been built. A sweep's run stores `report.json` alone; its
 /// markdown is made from it, as it was when the report was built.
 pub fn load(files: &JobFiles) -> Option<Built> {
-    let report: Report = serde_json::from_slice(&fs::read(files.report_json()).ok()?).ok()?;
+    let report = load_report(files)?;
     let markdown = match fs::read_to_string(files.report_md()) {
         Ok(markdown) => markdown,
         Err(_) => report.to_markdown(),

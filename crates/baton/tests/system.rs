@@ -119,13 +119,19 @@ fn shared_daemon(tag: &str, config: &str) -> Option<Shared> {
     std::fs::create_dir(&bin_dir).unwrap();
     chmod(&bin_dir, 0o755);
     let bin = bin_dir.join("baton");
-    std::fs::copy(common::BIN, &bin).unwrap();
-    chmod(&bin, 0o755);
-    // Runnable once no child forked during the copy still holds it open for writing (ETXTBSY);
-    // `runuser` execs it later and could not retry.
-    let mut version = Command::new(&bin);
-    version.arg("--version").stdout(std::process::Stdio::null());
-    let _ = common::spawn_retrying(&mut version).wait();
+    // The front end and the whole of baton beside it, as they are installed.
+    for (from, to) in [
+        (common::BIN, &bin),
+        (common::BATOND, &bin_dir.join("batond")),
+    ] {
+        std::fs::copy(from, to).unwrap();
+        chmod(to, 0o755);
+        // Runnable once no child forked during the copy still holds it open for writing
+        // (ETXTBSY); `runuser` execs it later and could not retry.
+        let mut version = Command::new(to);
+        version.arg("--version").stdout(std::process::Stdio::null());
+        let _ = common::spawn_retrying(&mut version).wait();
+    }
     b.bin = bin;
     let socket: PathBuf = b.root.join("sock").join("baton.sock");
     b.socket = Some(socket.clone());

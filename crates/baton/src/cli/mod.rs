@@ -51,6 +51,31 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The front end's command line (`baton`, `crate::front`): the global options and `submit`,
+/// as `Cli` has them (a test checks that their help is the same).
+#[derive(Debug, Parser)]
+#[command(name = "baton", version, about, long_about = None)]
+pub struct FrontCli {
+    /// Print machine-readable JSON on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: FrontCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FrontCommand {
+    /// Queue a job: `baton submit --gpus 2 -- python train.py`. Prints the job id.
+    Submit(Box<submit::Args>),
+}
+
+/// Runs what the front end takes itself.
+pub fn run_front(cli: FrontCli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        FrontCommand::Submit(args) => submit::run(*args, cli.json),
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the daemon in the foreground until SIGTERM or Ctrl-C (running jobs keep running).

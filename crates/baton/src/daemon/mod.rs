@@ -428,11 +428,15 @@ impl Daemon {
                 _ = asked.stop_requested.notified() => {}
             }
         };
-        let result = server::serve(listener, app, limits, stop, move || {
+        // On a worker thread of its own task, not the thread that blocks on the runtime: each
+        // connection's task, spawned from there, is then run by that worker as soon as the
+        // accept loop yields, rather than handed to another thread to be woken.
+        let served = tokio::spawn(server::serve(listener, app, limits, stop, move || {
             tracing::info!("shutting down; running jobs keep running under their supervisors");
             me.shutting_down.send_replace(true);
-        })
+        }))
         .await;
+        let result = served.unwrap_or_else(|e| Err(std::io::Error::other(e)));
         // No new work: no pass, no new delivery, no waste action. The deliveries in flight
         // finish and are recorded, so none goes twice; then every other task is cancelled (a
         // supervisor's watch among them: its job runs on) and all are awaited.

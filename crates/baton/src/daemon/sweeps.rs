@@ -37,6 +37,15 @@ pub struct SweepBuilt {
 #[derive(Default)]
 pub(super) struct SweepRuns(HashMap<u64, Vec<RunSummary>>);
 
+impl SweepRuns {
+    /// A run about to run again: its summary is no longer its latest.
+    pub(super) fn forget(&mut self, job: JobId) {
+        for runs in self.0.values_mut() {
+            runs.retain(|r| r.job != job.0);
+        }
+    }
+}
+
 /// A sweep's directory: its comparison report and its early alert.
 pub fn sweep_dir(home: &std::path::Path, id: u64) -> PathBuf {
     home.join("sweeps").join(id.to_string())
@@ -112,7 +121,14 @@ impl Daemon {
         };
         let sweep = run.id;
         let summary = RunSummary::from_report(report, run.index as usize, job.params.clone());
-        let seeded = self.lock().sweep_runs.0.contains_key(&sweep);
+        let seeded = {
+            let mut inner = self.lock();
+            if inner.jobs.sweep(sweep).is_none() {
+                inner.sweep_runs.0.remove(&sweep);
+                return; // the sweep has ended: its comparison reads the stored reports
+            }
+            inner.sweep_runs.0.contains_key(&sweep)
+        };
         // After a restart: the runs reported before it, from their stored reports.
         let earlier = if seeded {
             Vec::new()
@@ -209,13 +225,13 @@ impl Daemon {
         jobs.sort_by_key(|j| (j.ended_at(), j.id));
         jobs.iter()
             .filter_map(|j| {
-                let built = crate::report::load(&self.files(j.id))?;
+                let report = crate::report::load_report(&self.files(j.id))?;
                 let (index, params) = j
                     .sweep
                     .as_ref()
                     .map(|r| (r.index as usize, j.params.clone()))
                     .unwrap_or_default();
-                Some(RunSummary::from_report(&built.report, index, params))
+                Some(RunSummary::from_report(&report, index, params))
             })
             .collect()
     }
@@ -227,8 +243,8 @@ impl Daemon {
             .as_ref()
             .map(|r| (r.index as usize, job.params.clone()))
             .unwrap_or_default();
-        match crate::report::load(&self.files(job.id)) {
-            Some(built) => RunSummary::from_report(&built.report, index, params),
+        match crate::report::load_report(&self.files(job.id)) {
+            Some(report) => RunSummary::from_report(&report, index, params),
             None => RunSummary::without_report(
                 job.id.0,
                 index,
@@ -305,18 +321,29 @@ impl Daemon {
                 return None;
             }
         };
-        let live: HashMap<JobId, JobRecord> = {
+        let (live, mut reported): (HashMap<JobId, JobRecord>, HashMap<u64, RunSummary>) = {
             let inner = self.lock();
-            jobs.iter()
+            let live = jobs
+                .iter()
                 .filter_map(|j| inner.jobs.get(j.id).map(|l| (j.id, l.clone())))
-                .collect()
+                .collect();
+            // The summaries kept as the runs' reports were built: no need to read them back.
+            let reported = inner
+                .sweep_runs
+                .0
+                .get(&record.id)
+                .map(|runs| runs.iter().map(|r| (r.job, r.clone())).collect())
+                .unwrap_or_default();
+            (live, reported)
         };
         let runs: Vec<RunSummary> = jobs
             .iter()
             .map(|stored| {
                 let job = live.get(&stored.id).unwrap_or(stored);
                 if job.state().is_terminal() {
-                    self.stored_summary(job)
+                    reported
+                        .remove(&job.id.0)
+                        .unwrap_or_else(|| self.stored_summary(job))
                 } else {
                     let (index, params) = job
                         .sweep

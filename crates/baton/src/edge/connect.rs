@@ -84,15 +84,15 @@ fn spawn_daemon(home: &Path) -> Result<(), ClientError> {
         .append(true)
         .open(home.join("daemon.log"))
         .map_err(fail)?;
-    let exe = std::env::current_exe().map_err(fail)?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg("serve")
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(paths::batond());
+    cmd.arg0("baton")
+        .arg("serve")
         .env("BATON_HOME", home)
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(fail)?)
         .stderr(log);
     // Its own session: the daemon must outlive this terminal and this client.
-    use std::os::unix::process::CommandExt;
     unsafe {
         cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(Into::into));
     }

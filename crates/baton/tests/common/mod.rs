@@ -18,8 +18,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The binary under test.
+/// The binary under test: `baton`, the front end, which hands every command but `submit` to
+/// `batond` beside it.
 pub const BIN: &str = env!("CARGO_BIN_EXE_baton");
+/// The whole of baton, beside `BIN`.
+pub const BATOND: &str = env!("CARGO_BIN_EXE_batond");
 
 /// How long any single bounded poll may take before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(15);

@@ -92,7 +92,8 @@ struct Env {
 
 impl Env {
     fn from_process() -> anyhow::Result<Env> {
-        let exe = std::env::current_exe().context("finding the path of the running baton")?;
+        // The front end beside this binary: what people run, and what the agent runs.
+        let exe = crate::paths::front();
         let var = |name: &str| {
             std::env::var_os(name)
                 .filter(|v| !v.is_empty())

@@ -67,6 +67,7 @@ pub async fn handle(
         let now = now_ms();
         for id in requeue {
             daemon.forget_report(id);
+            inner.sweep_runs.forget(id);
             let job = inner.jobs.requeue(id, &by, now)?;
             daemon.reopened();
             tracing::info!(job = id.0, attempt = job.attempt(), by = %by, "requeued");
