@@ -7,20 +7,17 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
-use std::process::ExitCode;
 
 use clap::Parser;
 
-pub fn run() -> ExitCode {
+/// Runs `baton submit`, or hands the command over and does not return.
+pub fn run() -> anyhow::Result<()> {
     let args: Vec<OsString> = std::env::args_os().collect();
     if !submits(&args) {
-        return hand_over(&args);
+        return Err(hand_over(&args));
     }
     let cli = crate::cli::FrontCli::parse_from(&args);
-    match crate::cli::run_front(cli) {
-        Ok(code) => code,
-        Err(err) => crate::exit_with(&err),
-    }
+    crate::cli::run_front(cli)
 }
 
 /// Whether the command is `submit`: the first word that is not the global `--json`.
@@ -31,19 +28,19 @@ fn submits(args: &[OsString]) -> bool {
         .is_some_and(|arg| arg == "submit")
 }
 
-/// Replaces this process with `batond`, the same arguments and the same name in its messages.
-fn hand_over(args: &[OsString]) -> ExitCode {
+/// Replaces this process with `batond`, the same arguments and the same name in its messages;
+/// returns only why it could not.
+fn hand_over(args: &[OsString]) -> anyhow::Error {
     let full = crate::paths::batond();
     let err = std::process::Command::new(&full)
         .arg0("baton")
         .args(&args[1..])
         .exec();
-    eprintln!(
-        "baton: cannot run {} ({err}); baton hands every command but `submit` to batond, \
-         installed beside it",
+    anyhow::anyhow!(
+        "cannot run {} ({err}); baton hands every command but `submit` to batond, installed \
+         beside it",
         full.display()
-    );
-    ExitCode::from(1)
+    )
 }
 
 #[cfg(test)]

@@ -42,14 +42,21 @@ pub fn run_full() -> ExitCode {
     }
 }
 
-/// `baton`'s `main` (see `front`).
-pub fn run_front() -> ExitCode {
-    front::run()
+/// `baton`'s `main` (see `front`): its exit status.
+pub fn run_front() -> u8 {
+    match front::run() {
+        Ok(()) => 0,
+        Err(err) => fail(&err),
+    }
 }
 
 /// How a command that failed ends: its message on stderr, its exit code.
 fn exit_with(err: &anyhow::Error) -> ExitCode {
-    let code = cli::exit_code_for(err);
+    ExitCode::from(fail(err))
+}
+
+/// Says why a command failed; its exit code.
+fn fail(err: &anyhow::Error) -> u8 {
     eprintln!("baton: {}", edge::present::describe(err.as_ref()));
-    ExitCode::from(code)
+    cli::exit_code_for(err)
 }

@@ -1,6 +1,7 @@
 //! Local user accounts: names for uids and the uid, gid, groups and home of a user, through the
 //! C library's reentrant lookups so that NSS sources (LDAP, sssd) work as they do for `id`.
 
+use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,11 +27,28 @@ pub fn by_name(name: &str) -> Option<Account> {
     })
 }
 
-/// A name for a uid: the account name, or the number when it has none.
+/// A name for a uid: the account name, or the number when it has none. Remembered for a
+/// minute: the daemon names the caller of nearly every request, and each lookup reads the whole
+/// of /etc/passwd (or asks LDAP).
 pub fn name_of(uid: u32) -> String {
-    by_uid(uid)
+    const KEPT: std::time::Duration = std::time::Duration::from_secs(60);
+    type Names = HashMap<u32, (String, std::time::Instant)>;
+    static NAMES: std::sync::LazyLock<std::sync::Mutex<Names>> =
+        std::sync::LazyLock::new(Default::default);
+    let now = std::time::Instant::now();
+    if let Some((name, at)) = NAMES.lock().unwrap_or_else(|p| p.into_inner()).get(&uid)
+        && now.duration_since(*at) < KEPT
+    {
+        return name.clone();
+    }
+    let name = by_uid(uid)
         .map(|a| a.name)
-        .unwrap_or_else(|| uid.to_string())
+        .unwrap_or_else(|| uid.to_string());
+    NAMES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(uid, (name.clone(), now));
+    name
 }
 
 fn lookup(

@@ -69,8 +69,8 @@ pub enum FrontCommand {
     Submit(Box<submit::Args>),
 }
 
-/// Runs what the front end takes itself.
-pub fn run_front(cli: FrontCli) -> anyhow::Result<ExitCode> {
+/// Runs what the front end takes itself (its only success is exit 0).
+pub fn run_front(cli: FrontCli) -> anyhow::Result<()> {
     match cli.command {
         FrontCommand::Submit(args) => submit::run(*args, cli.json),
     }
@@ -206,7 +206,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo(args) => demo::run(args),
-        Command::Submit(args) => submit::run(*args, json),
+        Command::Submit(args) => submit::run(*args, json).map(|()| ExitCode::SUCCESS),
         Command::Status(args) => status::run(args, json),
         Command::History(args) => history::run(args, json),
         Command::Gc(args) => gc::run(args, json),

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use baton_core::units::{parse_duration, parse_size};
 
@@ -178,7 +177,8 @@ fn parse_tag(text: &str) -> Result<(String, String), String> {
     }
 }
 
-pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+/// Queues the job (or sweep); the only success is exit 0.
+pub fn run(args: Args, json: bool) -> anyhow::Result<()> {
     let cwd = match args.cwd {
         Some(dir) => dir,
         None => std::env::current_dir()?,
@@ -262,14 +262,14 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         println!("{}", job.id);
     }
     eprintln!("{}", note(&job));
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// Queues a sweep (starting the user's daemon if none runs) and prints its id (`--json`: the
 /// sweep), with a note on stderr: what `baton submit --array/--sweep/--sweep-file` and `baton
 /// sweep submit FILE` print alike. The request carries a request id (the caller's, else one
 /// made up), so that a lost answer never queues the sweep twice.
-pub(super) fn send_sweep(req: &SweepRequest, json: bool) -> anyhow::Result<ExitCode> {
+pub(super) fn send_sweep(req: &SweepRequest, json: bool) -> anyhow::Result<()> {
     let sweep = connect::submit_sweep(&client(), req)?;
     if json {
         print_json(&sweep);
@@ -277,7 +277,7 @@ pub(super) fn send_sweep(req: &SweepRequest, json: bool) -> anyhow::Result<ExitC
         println!("{}", sweep.id);
     }
     eprintln!("{}", sweep_note(&sweep));
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// The largest `--sweep-file` read: far above any list of runs written by hand or script
