@@ -480,13 +480,20 @@ impl Daemon {
                 Err(e) => tracing::warn!(job = job.id.0, "cannot reschedule {spec}: {e}"),
             }
         }
-        // A link with a later one standing by gives up sooner: the next link is waiting.
-        let has_next = self
-            .lock()
-            .jobs
-            .store()
-            .has_standby_after(d.id)
-            .unwrap_or(false);
+        // A link with a later one standing by gives up sooner: the next link is waiting. Asked
+        // only where it matters (a failure, or a session that was not reached), not of a
+        // delivery that went through.
+        let has_next = || {
+            self.lock()
+                .jobs
+                .store()
+                .has_standby_after(d.id)
+                .unwrap_or(false)
+        };
+        let has_next = match &outcome {
+            Outcome::Delivered => false,
+            _ => has_next(),
+        };
         let max_attempts = if has_next {
             CHAIN_ATTEMPTS
         } else {

@@ -381,15 +381,30 @@ fn advance_chain(
     now: Millis,
 ) -> Result<(), StoreError> {
     if state == DeliveryState::Delivered {
-        // Every link after this one, however far down the chain.
-        tx.prepare_cached(
-            "WITH RECURSIVE later(id) AS ( \
-                 SELECT id FROM deliveries WHERE after_id = ?1 \
-                 UNION SELECT d.id FROM deliveries d JOIN later ON d.after_id = later.id) \
-             UPDATE deliveries SET state = 'unneeded', error = NULL \
-             WHERE id IN (SELECT id FROM later) AND state = 'standby'",
-        )?
-        .execute(params![id])?;
+        // Every link after this one, however far down the chain: a level at a time (chains are
+        // a few links long, and most deliveries have none after them), not a recursive query,
+        // which builds temporary tables each time it runs.
+        let mut level = vec![id];
+        let mut seen = std::collections::HashSet::new();
+        while !level.is_empty() {
+            let mut next = Vec::new();
+            for link in level {
+                if !seen.insert(link) {
+                    continue;
+                }
+                let mut after =
+                    tx.prepare_cached("SELECT id FROM deliveries WHERE after_id = ?1")?;
+                for later in after.query_map(params![link], |r| r.get::<_, i64>(0))? {
+                    next.push(later?);
+                }
+                tx.prepare_cached(
+                    "UPDATE deliveries SET state = 'unneeded', error = NULL \
+                     WHERE after_id = ?1 AND state = 'standby'",
+                )?
+                .execute(params![link])?;
+            }
+            level = next;
+        }
     } else if state.passes_on() {
         tx.prepare_cached(
             "UPDATE deliveries SET state = 'pending', next_at = ?1 \
