@@ -90,3 +90,17 @@ mod tests {
         assert_eq!(front_sub, full_sub);
     }
 }
+
+#[cfg(test)]
+mod unwinding {
+    /// The unwinder is linked statically (build.rs): a panic still unwinds and is caught.
+    #[test]
+    fn a_panic_unwinds_to_catch_unwind() {
+        let caught = std::panic::catch_unwind(|| {
+            let v: Vec<u8> = Vec::new();
+            std::hint::black_box(&v);
+            panic!("on purpose");
+        });
+        assert!(caught.is_err());
+    }
+}
