@@ -46,36 +46,53 @@ pub struct DeliverRequest {
     pub message: Message,
 }
 
-/// The reports built lately, as they were stored: what the outbox delivers and `wait` and
-/// `report` print right after a job's end, without reading back the files just written. Bounded:
-/// the latest [`RECENT_REPORTS`]; an older one is read from its files, as after a restart.
+/// The reports built lately, as they were stored, each with its job as it ended: what the
+/// outbox delivers and `wait` and `report` print right after a job's end, without reading back
+/// the files just written or the job's row. Bounded: the latest [`RECENT_REPORTS`]; an older
+/// one is read from its files, as after a restart.
 #[derive(Default)]
-pub(super) struct Recent(Mutex<VecDeque<(JobId, Arc<Built>)>>);
+pub(super) struct Recent(Mutex<VecDeque<Reported>>);
+
+/// A report kept in memory, and its job as it ended (when the builder was handed it).
+struct Reported {
+    id: JobId,
+    built: Arc<Built>,
+    job: Option<Arc<JobRecord>>,
+}
 
 impl Recent {
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(JobId, Arc<Built>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Reported>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn put(&self, id: JobId, built: Arc<Built>) {
+    fn put(&self, id: JobId, built: Arc<Built>, job: Option<Arc<JobRecord>>) {
         let mut recent = self.lock();
-        recent.retain(|(other, _)| *other != id);
-        recent.push_back((id, built));
+        recent.retain(|r| r.id != id);
+        recent.push_back(Reported { id, built, job });
         while recent.len() > RECENT_REPORTS {
             recent.pop_front();
         }
     }
 
     fn forget(&self, id: JobId) {
-        self.lock().retain(|(other, _)| *other != id);
+        self.lock().retain(|r| r.id != id);
     }
 
     fn get(&self, id: JobId) -> Option<Arc<Built>> {
         self.lock()
             .iter()
             .rev()
-            .find(|(other, _)| *other == id)
-            .map(|(_, built)| built.clone())
+            .find(|r| r.id == id)
+            .map(|r| r.built.clone())
+    }
+
+    /// The job of a report kept here, as it ended.
+    fn job(&self, id: JobId) -> Option<Arc<JobRecord>> {
+        self.lock()
+            .iter()
+            .rev()
+            .find(|r| r.id == id)
+            .and_then(|r| r.job.clone())
     }
 }
 
@@ -116,6 +133,7 @@ impl Daemon {
             }
         }
         let _done = Done(self, id);
+        let handed = ended.is_some();
         let job = match ended {
             Some(job) => Ok(Some(job)),
             None => self.job(id),
@@ -193,7 +211,10 @@ impl Daemon {
                 match report::store(&files, &built, job.sweep.is_none()) {
                     // In memory before the job stops counting as being reported on (`_done`),
                     // so whoever waited for it finds it there.
-                    Ok(()) => self.reports.put(id, built.clone()),
+                    Ok(()) => {
+                        let ended = handed.then(|| Arc::new(job.clone()));
+                        self.reports.put(id, built.clone(), ended)
+                    }
                     // Not kept: the next reader builds it again and retries the store.
                     Err(e) => tracing::error!(job = id.0, "cannot store the report: {e}"),
                 }
@@ -376,13 +397,26 @@ impl Daemon {
     /// Delivers what a job's end brought: its report, or its workflow's or sweep's message.
     async fn deliver_after_end(self: &Arc<Self>, id: JobId, deliveries: Vec<Delivery>) {
         let built = self.report_of(id).await;
-        let job = self.job(id).ok().flatten();
+        // As it ended, from memory beside its report; else read back.
+        let job = match self.reports.job(id) {
+            Some(job) => Some(Arc::unwrap_or_clone(job)),
+            None => self.job(id).ok().flatten(),
+        };
         match (built, job) {
             (Some(built), Some(job)) => {
                 let path = report::markdown_file(&self.files(id), &built)
                     .display()
                     .to_string();
-                let msg = Message::new(&built.report, &built.markdown, &path, job.env.clone());
+                let for_webhook = deliveries
+                    .iter()
+                    .any(|d| matches!(d.channel, Channel::Webhook { .. }));
+                let msg = Message::new(
+                    &built.report,
+                    &built.markdown,
+                    &path,
+                    job.env.clone(),
+                    for_webhook,
+                );
                 let sends = deliveries.iter().map(|d| {
                     let (me, job, msg) = (&self, &job, &msg);
                     async move {
@@ -816,9 +850,9 @@ mod tests {
         let built = daemon(dir.path()).build_report(id, None).expect("a report");
         let recent = Recent::default();
         for id in 1..=(RECENT_REPORTS as u64 + 1) {
-            recent.put(JobId(id), built.clone());
+            recent.put(JobId(id), built.clone(), None);
         }
-        recent.put(JobId(2), built.clone()); // again: still one entry
+        recent.put(JobId(2), built.clone(), None); // again: still one entry
         assert!(recent.get(JobId(1)).is_none(), "the oldest was kept");
         assert!(recent.get(JobId(2)).is_some());
         assert!(recent.get(JobId(RECENT_REPORTS as u64 + 1)).is_some());

@@ -35,7 +35,8 @@ pub struct Message {
     pub text: String,
     /// The report alone (markdown), for `cmd:` on stdin.
     pub markdown: String,
-    /// The webhook body: the report JSON wrapped with the job's id and state.
+    /// The webhook body: the report JSON wrapped with the job's id and state. Made only for a
+    /// message a webhook is to receive (empty otherwise): it serialises the whole report.
     pub json: String,
     /// Where `report.md` is stored.
     pub report_path: String,
@@ -78,11 +79,13 @@ impl std::fmt::Debug for Message {
 }
 
 impl Message {
+    /// A job's end report; `for_webhook`: its webhook body is made too.
     pub fn new(
         report: &baton_core::report::Report,
         markdown: &str,
         report_path: &str,
         env: BTreeMap<String, String>,
+        for_webhook: bool,
     ) -> Message {
         let text = format!(
             "[baton] job {id} ended: {state}{exit}. This is baton's automatic end-of-job report, \
@@ -97,17 +100,21 @@ impl Message {
             markdown = markdown.trim_end(),
             end = end_marker(report.id),
         );
-        let json = serde_json::json!({
-            "event": "job.ended",
-            "job_id": report.id,
-            "state": report.state,
-            "exit_code": report.exit_code,
-            "headline": report.headline,
-            "report_path": report_path,
-            "report": report,
-            "markdown": markdown,
-        })
-        .to_string();
+        let json = if for_webhook {
+            serde_json::json!({
+                "event": "job.ended",
+                "job_id": report.id,
+                "state": report.state,
+                "exit_code": report.exit_code,
+                "headline": report.headline,
+                "report_path": report_path,
+                "report": report,
+                "markdown": markdown,
+            })
+            .to_string()
+        } else {
+            String::new()
+        };
         Message {
             job: report.id,
             state: report.state.to_string(),
