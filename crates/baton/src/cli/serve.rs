@@ -133,7 +133,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let settings =
         crate::config::load(&home.join("config.toml")).map_err(|e| UsageError(e.to_string()))?;
-    let store = Store::open(&home.join("baton.db"))?;
+    let mut store = Store::open(&home.join("baton.db"))?;
+    store.checkpoint_in_background(&home.join("baton.db"))?;
     // Flags first, then config.toml's `[daemon]`, so that a daemon started by `baton submit`,
     // after a crash or by hand starts the same way.
     let sim_gpus = args.sim_gpus.or(settings.daemon.sim_gpus);

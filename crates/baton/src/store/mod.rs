@@ -157,6 +157,51 @@ impl Store {
     }
 }
 
+/// How many frames the write-ahead log may hold before the checkpointer copies it back into the
+/// database (SQLite's own automatic checkpoint runs at the same size).
+const CHECKPOINT_FRAMES: i32 = 1000;
+
+impl Store {
+    /// Copies the write-ahead log back into the database on a thread of its own, with a
+    /// connection of its own, instead of in whichever commit fills it. That commit (a
+    /// submission, a job's start or end) used to stall for the copy, a few milliseconds every
+    /// fifty jobs or so, and more where the checkpoint's sync reaches a disk; and it held the
+    /// daemon's lock meanwhile. The copy is passive: it never waits for the writer, and what it
+    /// cannot copy yet (a reader still on older pages) it copies at the next turn. `path`: this
+    /// store's database.
+    pub fn checkpoint_in_background(&mut self, path: &Path) -> Result<(), StoreError> {
+        let checkpointer = Connection::open(path)?;
+        checkpointer.execute_batch("PRAGMA busy_timeout=5000; PRAGMA synchronous=NORMAL;")?;
+        // Asked once a commit leaves the log long enough; one request waiting is enough.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+        std::thread::Builder::new()
+            .name("baton-checkpoint".into())
+            .spawn(move || {
+                // Ends when the store, and with it the hook that asks, is dropped.
+                while rx.recv().is_ok() {
+                    let copied = checkpointer.wal_checkpoint_v2(
+                        Some(rusqlite::MAIN_DB),
+                        rusqlite::wal::CheckpointMode::PASSIVE,
+                    );
+                    if let Err(e) = copied {
+                        tracing::warn!("checkpoint of the state database failed: {e}");
+                    }
+                }
+            })
+            .map_err(StoreError::Io)?;
+        // The hook replaces SQLite's automatic checkpoint (which is itself a WAL hook).
+        self.conn.wal_hook(Some(
+            move |_: &mut rusqlite::hooks::Wal, frames: std::ffi::c_int| {
+                if frames >= CHECKPOINT_FRAMES {
+                    let _ = tx.try_send(());
+                }
+                Ok(())
+            },
+        ))?;
+        Ok(())
+    }
+}
+
 /// A value as its JSON column holds it.
 fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).expect("plain data always serialises")
@@ -210,6 +255,52 @@ mod tests {
             held_by: None,
             sweep: None,
             params: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_log_is_copied_back_in_the_background_and_stays_bounded() {
+        let frame = 4096 + 24;
+        let bound = 3 * CHECKPOINT_FRAMES as u64 * frame;
+        // Without any checkpoint the log holds every frame written: the bound means something.
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
+        store
+            .conn
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .unwrap();
+        for _ in 0..600 {
+            store.insert(&new_job(&["true"])).unwrap();
+        }
+        let grown = std::fs::metadata(dir.path().join("baton.db-wal"))
+            .unwrap()
+            .len();
+        assert!(grown > bound, "{grown} bytes: too few writes to tell");
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("baton.db");
+        let mut store = Store::open(&path).unwrap();
+        store.checkpoint_in_background(&path).unwrap();
+        let wal = dir.path().join("baton.db-wal");
+        // Each job is several frames: past the threshold many times over.
+        for _ in 0..600 {
+            store.insert(&new_job(&["true"])).unwrap();
+        }
+        // Without checkpoints the log would hold every frame written; with them it is reused
+        // from its start once copied back, and stays near the threshold.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            // A write after a complete checkpoint starts the log over.
+            store.insert(&new_job(&["true"])).unwrap();
+            let len = std::fs::metadata(&wal).unwrap().len();
+            if len <= bound {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "the log grew to {len} bytes: nothing copies it back"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 
