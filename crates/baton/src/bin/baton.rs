@@ -5,8 +5,11 @@
 //! /proc/self/maps, and its overflow handler; SIGPIPE ignored): a tenth of what starting it
 //! costs, for a process that lives a millisecond. A closed pipe ends it as it ends `cat`.
 
-#![no_main]
+// Under `cargo test` libtest's harness brings its own `main` (`--bins` builds every binary as a
+// test, with no tests in this one).
+#![cfg_attr(not(test), no_main)]
 
+#[cfg(not(test))]
 #[unsafe(no_mangle)]
 pub extern "C" fn main(
     _argc: std::ffi::c_int,
