@@ -125,7 +125,9 @@ bench_baton() {
 
     t0=$(now)
     for ((i = 0; i < JOBS; i++)); do
-        id=$("$BATON" submit --gpus 1 -- true 2>/dev/null) || die "baton submit failed"
+        # `exec`: bash 5.2 forks twice for a command substitution holding a redirection (a
+        # subshell, then the command); with exec it forks once, as for `tsp true` below.
+        id=$(exec "$BATON" submit --gpus 1 -- true 2>/dev/null) || die "baton submit failed"
         ids+=("$id")
     done
     t1=$(now)
@@ -168,7 +170,7 @@ bench_baton-array() {
     "$BATON" status >/dev/null || die "baton daemon not answering"
 
     t0=$(now)
-    id=$("$BATON" submit --array "1-$JOBS" --gpus 1 -- true 2>/dev/null) || die "baton submit --array failed"
+    id=$(exec "$BATON" submit --array "1-$JOBS" --gpus 1 -- true 2>/dev/null) || die "baton submit --array failed"
     t1=$(now)
     "$BATON" sweep wait "$id" >/dev/null || die "baton: a run of the array did not succeed"
     t2=$(now)

@@ -44,11 +44,33 @@ const SKIP_DIRS: &[&str] = &[
     "target",
 ];
 
-/// A report and its markdown rendering.
+/// A report and its markdown rendering, made when first asked for: a sweep's run that wakes
+/// nobody stores `report.json` alone, and most never have their markdown read.
 #[derive(Clone, Debug)]
 pub struct Built {
     pub report: Report,
-    pub markdown: String,
+    markdown: std::sync::OnceLock<String>,
+}
+
+impl Built {
+    pub fn new(report: Report) -> Built {
+        Built {
+            report,
+            markdown: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// `report` with the markdown it was rendered to earlier (read back from `report.md`).
+    pub fn with_markdown(report: Report, markdown: String) -> Built {
+        Built {
+            report,
+            markdown: std::sync::OnceLock::from(markdown),
+        }
+    }
+
+    pub fn markdown(&self) -> &str {
+        self.markdown.get_or_init(|| self.report.to_markdown())
+    }
 }
 
 /// Who looks at the job's working directory for the files it wrote.
@@ -170,9 +192,7 @@ pub fn build(
         }
         _ => Vec::new(),
     };
-    let report = report::build(&facts, &output, &usage, &written);
-    let markdown = report.to_markdown();
-    Built { report, markdown }
+    Built::new(report::build(&facts, &output, &usage, &written))
 }
 
 /// Feeds the last `SCAN_LIMIT` bytes of one output file to the scanner.
@@ -327,7 +347,7 @@ pub fn store(files: &JobFiles, built: &Built, with_markdown: bool) -> io::Result
         written => written?,
     }
     if with_markdown {
-        write_whole(&files.report_md(), built.markdown.as_bytes())?;
+        write_whole(&files.report_md(), built.markdown().as_bytes())?;
     }
     Ok(())
 }
@@ -354,7 +374,7 @@ pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
 pub fn markdown_file(files: &JobFiles, built: &Built) -> PathBuf {
     let path = files.report_md();
     if !path.exists()
-        && let Err(e) = write_whole(&path, built.markdown.as_bytes())
+        && let Err(e) = write_whole(&path, built.markdown().as_bytes())
     {
         tracing::warn!("cannot write {}: {e}", path.display());
     }
@@ -370,9 +390,8 @@ pub fn load_report(files: &JobFiles) -> Option<Report> {
 /// markdown is made from it, as it was when the report was built.
 pub fn load(files: &JobFiles) -> Option<Built> {
     let report = load_report(files)?;
-    let markdown = match fs::read_to_string(files.report_md()) {
-        Ok(markdown) => markdown,
-        Err(_) => report.to_markdown(),
-    };
-    Some(Built { report, markdown })
+    Some(match fs::read_to_string(files.report_md()) {
+        Ok(markdown) => Built::with_markdown(report, markdown),
+        Err(_) => Built::new(report),
+    })
 }

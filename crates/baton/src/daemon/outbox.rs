@@ -202,7 +202,6 @@ impl Daemon {
                 tracing::info!(
                     job = id.0,
                     build_ms = started.elapsed().as_secs_f64() * 1000.0,
-                    bytes = built.markdown.len(),
                     "report built"
                 );
                 let built = Arc::new(built);
@@ -412,7 +411,7 @@ impl Daemon {
                     .any(|d| matches!(d.channel, Channel::Webhook { .. }));
                 let msg = Message::new(
                     &built.report,
-                    &built.markdown,
+                    built.markdown(),
                     &path,
                     job.env.clone(),
                     for_webhook,
@@ -789,7 +788,7 @@ mod tests {
         daemon.clone().deliver_job(id, due).await;
 
         let got = std::fs::read_to_string(&inbox).unwrap();
-        assert!(got.contains(built.markdown.trim_end()), "{got}");
+        assert!(got.contains(built.markdown().trim_end()), "{got}");
         let rows = daemon.lock().jobs.store().deliveries(id).unwrap();
         assert_eq!(rows[0].state, DeliveryState::Delivered);
         assert!(
@@ -837,9 +836,9 @@ mod tests {
         let restarted = daemon(dir.path());
         let read = restarted.report_of(id).await.expect("a report");
         assert!(
-            read.markdown.ends_with("read from disk\n"),
+            read.markdown().ends_with("read from disk\n"),
             "{}",
-            read.markdown
+            read.markdown()
         );
     }
 

@@ -50,12 +50,18 @@ fn cpu_max(cpus: u32) -> String {
 
 /// Whether the OOM killer of cgroup `dir` (its `memory.max`) killed a process of it.
 pub fn oom_killed_in(dir: &Path) -> bool {
-    fs::read_to_string(dir.join("memory.events")).is_ok_and(|events| {
-        events
-            .lines()
-            .filter_map(|l| l.strip_prefix("oom_kill "))
-            .any(|n| n.trim().parse::<u64>().is_ok_and(|n| n > 0))
-    })
+    oom_kills_in(dir).is_some_and(|n| n > 0)
+}
+
+/// How many processes of cgroup `dir` any OOM killer (its own `memory.max`'s or the machine's)
+/// has killed: `oom_kill` in its `memory.events`, which the memory controller keeps; `None`
+/// where the controller is not there.
+pub fn oom_kills_in(dir: &Path) -> Option<u64> {
+    let events = fs::read_to_string(dir.join("memory.events")).ok()?;
+    events
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
 }
 
 /// The memory the processes `pids` use together, in bytes: the sum of their proportional set
@@ -157,13 +163,17 @@ mod tests {
     fn a_cgroup_without_an_oom_kill_says_so() {
         let dir = tempfile::tempdir().unwrap();
         assert!(!oom_killed_in(dir.path()));
+        // No memory controller, no count of its own: the machine's is used instead.
+        assert_eq!(oom_kills_in(dir.path()), None);
         fs::write(
             dir.path().join("memory.events"),
             "low 0\nhigh 0\nmax 3\noom 1\noom_kill 0\n",
         )
         .unwrap();
         assert!(!oom_killed_in(dir.path()));
+        assert_eq!(oom_kills_in(dir.path()), Some(0));
         fs::write(dir.path().join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
         assert!(oom_killed_in(dir.path()));
+        assert_eq!(oom_kills_in(dir.path()), Some(1));
     }
 }

@@ -104,8 +104,10 @@ pub struct ExitRecord {
     /// The command could not be started at all.
     pub error: Option<String>,
     pub ended_at: i64,
-    /// The kernel's count of OOM kills (`oom_kill` in /proc/vmstat) when the job ended; with
-    /// the count at its start, tells a SIGKILL from the OOM killer apart from any other.
+    /// The count of OOM kills when the job ended: its cgroup's (`oom_kill` in `memory.events`)
+    /// where the memory controller keeps one, else the kernel's (`oom_kill` in /proc/vmstat);
+    /// with the same count at its start, tells a SIGKILL from the OOM killer apart from any
+    /// other.
     #[serde(default)]
     pub oom_kills: Option<u64>,
     /// Killed for using more memory than it reserved (the reservation, in bytes).
@@ -128,7 +130,8 @@ pub enum SupervisorEvent {
         /// recovering daemon never kills a process group that reused the number.
         #[serde(default)]
         started: Option<u64>,
-        /// `oom_kill` from /proc/vmstat when the job started.
+        /// The count of OOM kills when the job started (its cgroup's, else /proc/vmstat's; see
+        /// `ExitRecord::oom_kills`).
         #[serde(default)]
         oom_kills: Option<u64>,
     },

@@ -47,7 +47,7 @@ pub async fn handle(
         .display()
         .to_string();
     Ok(Json(ReportResponse {
-        markdown: built.markdown,
+        markdown: built.markdown().to_string(),
         report: built.report,
         path,
         deliveries,

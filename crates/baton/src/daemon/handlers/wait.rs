@@ -57,7 +57,7 @@ pub async fn handle(
             if req.reports {
                 for id in &ids {
                     let built = daemon.report_of(*id).await;
-                    reports.push(built.as_ref().map(|b| b.markdown.clone()));
+                    reports.push(built.as_ref().map(|b| b.markdown().to_string()));
                     headlines.push(built.map(|b| b.report.headline.clone()));
                 }
             }

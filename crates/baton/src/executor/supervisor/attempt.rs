@@ -149,13 +149,51 @@ pub struct Attempt {
     kill_at: Option<Instant>,
     killed: bool,
     next_memory_look: Instant,
+    /// Whether OOM kills are counted by the attempt's cgroup (its `memory.events`) rather than
+    /// by the machine (`/proc/vmstat`, which costs the kernel every one of its counters to read).
+    oom_counted_by_cgroup: bool,
+}
+
+/// The machine's count of OOM kills (`/proc/vmstat`) for the start of an attempt without a
+/// cgroup count of its own: one read serves the starts of the next 100 ms. An older count can
+/// only be lower, so an OOM kill is never missed; the window in which another process's OOM kill
+/// could be taken for the job's grows by at most that much, beside a job's whole run (a SIGKILL
+/// with the count risen is reported as likely the OOM killer, not certainly). Reading it costs
+/// the kernel every one of its counters, which was a sixth of the supervisor's work for each
+/// start of a short job.
+#[derive(Default)]
+pub struct OomKillsAtStart {
+    read: Option<(Instant, Option<u64>)>,
+}
+
+impl OomKillsAtStart {
+    const REUSE_FOR: Duration = Duration::from_millis(100);
+
+    fn get(&mut self, now: Instant) -> Option<u64> {
+        self.get_with(now, oom_kill_count)
+    }
+
+    fn get_with(&mut self, now: Instant, read: impl FnOnce() -> Option<u64>) -> Option<u64> {
+        match self.read {
+            Some((at, count)) if now.saturating_duration_since(at) < Self::REUSE_FOR => count,
+            _ => {
+                let count = read();
+                self.read = Some((now, count));
+                count
+            }
+        }
+    }
 }
 
 impl Attempt {
     /// Records the claim, then starts the attempt's first process in its cgroup, or, without
     /// one, below this supervisor (which must then supervise this attempt alone). A start that
     /// fails ends the attempt at once, its error recorded.
-    pub fn start(claimed: Claimed, now: Instant) -> Attempt {
+    pub fn start(
+        claimed: Claimed,
+        machine_oom_kills: &mut OomKillsAtStart,
+        now: Instant,
+    ) -> Attempt {
         let Claimed {
             files,
             launch,
@@ -194,7 +232,15 @@ impl Attempt {
             kill_at: None,
             killed: false,
             next_memory_look: now + limits::WATCH_INTERVAL,
+            oom_counted_by_cgroup: false,
         };
+        // The count an OOM kill would raise, as the job starts: its new cgroup's own (exact:
+        // only its processes count), else the machine's.
+        let cgroup_oom_kills = match &attempt.procs {
+            Procs::Cgroup(cgroup) => limits::oom_kills_in(&cgroup.dir),
+            Procs::Descendants => None,
+        };
+        attempt.oom_counted_by_cgroup = cgroup_oom_kills.is_some();
         // Whatever the job detaches (setsid, double forks) is reparented to a subreaper rather
         // than to init, so it stays findable below a supervisor of this attempt alone.
         if matches!(attempt.procs, Procs::Descendants)
@@ -213,7 +259,7 @@ impl Attempt {
                             attempt: launch.attempt,
                             pgid: pid,
                             started: process_start_time(pid),
-                            oom_kills: oom_kill_count(),
+                            oom_kills: cgroup_oom_kills.or_else(|| machine_oom_kills.get(now)),
                         },
                     );
                 }
@@ -390,6 +436,13 @@ impl Attempt {
         {
             self.exit.memory_exceeded = Some(limit);
         }
+        // Only a SIGKILL can be an OOM killer's; read while the cgroup is still there.
+        if let Procs::Cgroup(cgroup) = &self.procs
+            && self.oom_counted_by_cgroup
+            && self.exit.signal == Some(9)
+        {
+            self.exit.oom_kills = limits::oom_kills_in(&cgroup.dir);
+        }
         if let Procs::Cgroup(cgroup) = &self.procs
             && all_gone
         {
@@ -408,7 +461,7 @@ impl Attempt {
     fn finish(&mut self, now: Instant) {
         self.exit.ended_at = crate::clock::now_ms();
         // Only a SIGKILL can be the OOM killer's; reading /proc/vmstat is not free.
-        if self.exit.signal == Some(9) {
+        if self.exit.signal == Some(9) && !self.oom_counted_by_cgroup {
             self.exit.oom_kills = oom_kill_count();
         }
         self.phase = Phase::Recording {
@@ -511,6 +564,25 @@ mod tests {
         drop(claimed);
         // Released, but the launch is gone: not ours.
         assert!(matches!(claim(dir.path(), 2), Claim::NotOurs));
+    }
+
+    #[test]
+    fn the_machines_oom_count_is_read_once_per_window_of_starts() {
+        let mut at_start = OomKillsAtStart::default();
+        let t0 = Instant::now();
+        let mut reads = 0;
+        let mut read = |n| {
+            reads += 1;
+            Some(n)
+        };
+        assert_eq!(at_start.get_with(t0, || read(3)), Some(3));
+        // Within the window the earlier (never higher) count serves.
+        let soon = t0 + Duration::from_millis(99);
+        assert_eq!(at_start.get_with(soon, || read(4)), Some(3));
+        // Past it, the count is read again.
+        let later = t0 + OomKillsAtStart::REUSE_FOR;
+        assert_eq!(at_start.get_with(later, || read(5)), Some(5));
+        assert_eq!(reads, 2);
     }
 
     #[test]

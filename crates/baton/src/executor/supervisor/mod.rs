@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use rustix::event::{PollFd, PollFlags, poll};
 use rustix::fs::{FlockOperation, flock};
 
-use attempt::{Attempt, Claim, Claimed};
+use attempt::{Attempt, Claim, Claimed, OomKillsAtStart};
 use protocol::{Ended, Request};
 use signals::{SignalPipe, timespec};
 
@@ -94,6 +94,7 @@ pub fn run_host(socket: &Path) -> ExitCode {
         signals,
         attempts: Vec::new(),
         forked: HashMap::new(),
+        oom_kills_at_start: OomKillsAtStart::default(),
     };
     reactor.run();
     if let Some(host) = reactor.host.take() {
@@ -134,8 +135,13 @@ fn supervise_one(claimed: Claimed) -> i32 {
     let mut reactor = Reactor {
         host: None,
         signals,
-        attempts: vec![Attempt::start(claimed, Instant::now())],
+        attempts: vec![Attempt::start(
+            claimed,
+            &mut OomKillsAtStart::default(),
+            Instant::now(),
+        )],
         forked: HashMap::new(),
+        oom_kills_at_start: OomKillsAtStart::default(),
     };
     reactor.run();
     0
@@ -200,6 +206,7 @@ struct Reactor {
     attempts: Vec<Attempt>,
     /// Supervisors forked for attempts without a cgroup, by pid.
     forked: HashMap<i32, Forked>,
+    oom_kills_at_start: OomKillsAtStart,
 }
 
 impl Reactor {
@@ -385,7 +392,9 @@ impl Reactor {
     fn launch(&mut self, attempt: u32, dir: String) {
         match attempt::claim(Path::new(&dir), attempt) {
             Claim::Claimed(claimed) if claimed.launch.cgroup.is_some() => {
-                self.attempts.push(Attempt::start(*claimed, Instant::now()));
+                let started =
+                    Attempt::start(*claimed, &mut self.oom_kills_at_start, Instant::now());
+                self.attempts.push(started);
             }
             Claim::Claimed(claimed) => self.fork_one(*claimed, attempt, dir),
             Claim::NotOurs | Claim::Unreadable => self.send(Ended { attempt, dir }),
