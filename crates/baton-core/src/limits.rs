@@ -73,6 +73,90 @@ pub struct Limits {
     pub accounts_of: HashMap<JobId, Vec<Account>>,
     /// Only accounts with a cap appear.
     pub caps: HashMap<Account, AccountCap>,
+    /// The GPU-hour budget of each account that has one, with what it used this period.
+    pub budgets: HashMap<Account, BudgetUse>,
+}
+
+/// The stretch of time a GPU-hour budget covers (`[limits] budget_period`): it starts again at
+/// the daemon's local midnight, on Monday, or on the first of the month.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Period {
+    Day,
+    #[default]
+    Week,
+    Month,
+}
+
+impl Period {
+    /// `day`, `week`, `month`, as in "this week".
+    pub fn noun(self) -> &'static str {
+        match self {
+            Period::Day => "day",
+            Period::Week => "week",
+            Period::Month => "month",
+        }
+    }
+}
+
+/// An account's GPU-hours this period against its budget: every GPU a job held counts for the
+/// time it held it, ended attempts and running ones alike.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetUse {
+    /// `alice`.
+    pub who: String,
+    /// GPU-milliseconds held since the period began.
+    pub used_ms: i64,
+    /// The budget, in GPU-milliseconds.
+    pub budget_ms: i64,
+    pub period: Period,
+    /// When the period started and when the next begins.
+    pub since: crate::Millis,
+    pub resets_at: crate::Millis,
+    /// `resets_at` for people, in the daemon's local time: `Monday 2026-12-14 00:00`.
+    pub resets: String,
+    /// The setting, as config.toml spells it: `[limits] gpu_hours_per_user = 40`.
+    pub setting: String,
+}
+
+impl BudgetUse {
+    /// Used up: the account's queued jobs wait for the next period (or are refused).
+    pub fn spent(&self) -> bool {
+        self.used_ms >= self.budget_ms
+    }
+}
+
+impl fmt::Display for BudgetUse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} has used {} of {} GPU-hours this {}; it resets {} ({})",
+            self.who,
+            gpu_hours(self.used_ms),
+            gpu_hours(self.budget_ms),
+            self.period.noun(),
+            self.resets,
+            self.setting
+        )
+    }
+}
+
+/// GPU-milliseconds as GPU-hours for people: `40`, `12.5`, `0.003`.
+pub fn gpu_hours(ms: i64) -> String {
+    let hours = ms as f64 / 3_600_000.0;
+    let text = if hours.abs() >= 10.0 {
+        format!("{hours:.1}")
+    } else if hours.abs() >= 1.0 {
+        format!("{hours:.2}")
+    } else {
+        format!("{hours:.4}")
+    };
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text.is_empty() || text == "-" {
+        "0".to_string()
+    } else {
+        text.to_string()
+    }
 }
 
 /// What an account holds.
@@ -176,6 +260,16 @@ impl Limits {
         Ok(())
     }
 
+    /// The used-up budget of one of `job`'s accounts, if any: the job waits for its period to
+    /// end.
+    pub fn budget_spent(&self, job: JobId) -> Option<&BudgetUse> {
+        self.accounts_of
+            .get(&job)
+            .into_iter()
+            .flatten()
+            .find_map(|account| self.budgets.get(account).filter(|b| b.spent()))
+    }
+
     /// The cap `request` is over on its own, for an account holding nothing: such a job can
     /// never start, and is refused at submission.
     pub fn never_fits(
@@ -255,6 +349,15 @@ fn over(
 mod tests {
     use super::*;
 
+    #[test]
+    fn gpu_hours_read_as_people_write_them() {
+        assert_eq!(gpu_hours(40 * 3_600_000), "40");
+        assert_eq!(gpu_hours(45_000_000), "12.5");
+        assert_eq!(gpu_hours(10_800), "0.003");
+        assert_eq!(gpu_hours(0), "0");
+        assert_eq!(gpu_hours(1_800), "0.0005");
+    }
+
     fn limits(cap: Cap) -> Limits {
         let alice = Account::User(1000);
         let session = Account::Session("claude:s1".into());
@@ -282,6 +385,7 @@ mod tests {
             ]
             .into_iter()
             .collect(),
+            budgets: HashMap::new(),
         }
     }
 

@@ -20,7 +20,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits::{Account, Held, LimitHit, Limits};
+use crate::limits::{Account, BudgetUse, Held, LimitHit, Limits};
 use crate::model::{Gpu, JobId, JobState, Millis, PendingJob, ResourceRequest, RunningJob};
 use crate::placement::{Free, Occupancy};
 use crate::units::format_duration;
@@ -64,6 +64,8 @@ pub enum WaitReason {
     Throttled { sweep: u64, max: u32 },
     /// Starting it would take its owner or its agent session past a cap (`[limits]`).
     Limit(LimitHit),
+    /// Its owner's GPU-hour budget for the period is used up (`[limits] gpu_hours_per_user`).
+    Budget(BudgetUse),
     /// A retry waiting out its backoff after a failed attempt.
     Backoff {
         /// When it may start.
@@ -113,6 +115,7 @@ impl fmt::Display for WaitReason {
                 "throttled: sweep {sweep} runs {max} at once, its most (--max-parallel)"
             ),
             WaitReason::Limit(hit) => write!(f, "limit: {hit}"),
+            WaitReason::Budget(spent) => write!(f, "budget: {spent}"),
             WaitReason::Backoff { in_ms, .. } => write!(
                 f,
                 "retry backoff: the next attempt may start in {}",
@@ -360,6 +363,14 @@ pub fn plan_limited(
                 .push((job.id, WaitReason::Impossible { needs, free }));
             continue;
         }
+        // A GPU-hour budget holds back only what would hold GPUs.
+        if job.request.count > 0
+            && let Some(spent) = limits.budget_spent(job.id)
+        {
+            out.waiting
+                .push((job.id, WaitReason::Budget(spent.clone())));
+            continue;
+        }
         if let Err(hit) = limits.check(job.id, &job.request, &held) {
             out.waiting.push((job.id, WaitReason::Limit(hit)));
             continue;
@@ -472,6 +483,16 @@ fn admit_gang(
     };
     // All of it at once within its owner's (and session's) caps, or it waits whole, taking no
     // reservation: it is not ready, as a single job at a cap is not.
+    if let Some(spent) = members
+        .iter()
+        .filter(|m| m.request.count > 0)
+        .find_map(|m| limits.budget_spent(m.id))
+    {
+        for m in members {
+            out.waiting.push((m.id, WaitReason::Budget(spent.clone())));
+        }
+        return;
+    }
     let mut after = held.clone();
     for m in members {
         if let Err(hit) = limits.check(m.id, &m.request, &after) {
@@ -811,6 +832,87 @@ mod tests {
     }
 
     #[test]
+    fn a_user_whose_budget_is_spent_waits_for_the_period_and_others_start() {
+        use crate::limits::{Account, BudgetUse, Period};
+        let (alice, bob) = (Account::User(1000), Account::User(1001));
+        let budget = |used_ms: i64| BudgetUse {
+            who: "alice".into(),
+            used_ms,
+            budget_ms: 40 * 3_600_000,
+            period: Period::Week,
+            since: 0,
+            resets_at: 7 * 86_400_000,
+            resets: "Monday 2026-12-14 00:00".into(),
+            setting: "[limits] gpu_hours_per_user = 40".into(),
+        };
+        let limits = |used_ms: i64| Limits {
+            accounts_of: [
+                (JobId(1), vec![alice.clone()]),
+                (JobId(2), vec![alice.clone()]),
+                (JobId(3), vec![bob.clone()]),
+            ]
+            .into_iter()
+            .collect(),
+            caps: HashMap::new(),
+            budgets: [(alice.clone(), budget(used_ms))].into_iter().collect(),
+        };
+        let g = gpus(4);
+        let pass = |used_ms: i64| {
+            plan_limited(
+                &Occupancy::new(&g),
+                &[],
+                &[job(1, 1), job(2, 1), job(3, 1)],
+                &HashMap::new(),
+                0,
+                PlanOptions::default(),
+                &limits(used_ms),
+            )
+        };
+        let spent = pass(40 * 3_600_000);
+        assert_eq!(started(&spent), [3], "{spent:?}");
+        // A job of hers that holds no GPU is not held back by a GPU-hour budget.
+        let cpu_only = plan_limited(
+            &Occupancy::new(&g),
+            &[],
+            &[job(1, 0)],
+            &HashMap::new(),
+            0,
+            PlanOptions::default(),
+            &limits(40 * 3_600_000),
+        );
+        assert_eq!(started(&cpu_only), [1]);
+        assert_eq!(spent.waiting.len(), 2);
+        assert_eq!(
+            spent.waiting[0].1.to_string(),
+            "budget: alice has used 40 of 40 GPU-hours this week; it resets Monday 2026-12-14 \
+             00:00 ([limits] gpu_hours_per_user = 40)"
+        );
+        // A budget not yet used up does not hold anything back.
+        assert_eq!(started(&pass(39 * 3_600_000)), [1, 2, 3]);
+        // An atomic workflow of hers waits whole.
+        let gang = |id: u64| PendingJob {
+            gang: Some(9),
+            ..job(id, 1)
+        };
+        let whole = plan_limited(
+            &Occupancy::new(&g),
+            &[],
+            &[gang(1), gang(2)],
+            &HashMap::new(),
+            0,
+            PlanOptions::default(),
+            &limits(41 * 3_600_000),
+        );
+        assert!(whole.admissions.is_empty() && whole.starts.is_empty());
+        assert!(
+            whole
+                .waiting
+                .iter()
+                .all(|(_, r)| matches!(r, WaitReason::Budget(_)))
+        );
+    }
+
+    #[test]
     fn a_user_at_their_cap_waits_and_takes_no_reservation_from_another() {
         use crate::limits::{Account, AccountCap, Cap};
         let (alice, bob) = (Account::User(1000), Account::User(1001));
@@ -836,6 +938,7 @@ mod tests {
             )]
             .into_iter()
             .collect(),
+            budgets: HashMap::new(),
         };
         // Alice runs job 1 on one GPU; her jobs 2 and 3 (2 GPUs each) come before bob's 4.
         let g = gpus(4);
@@ -889,6 +992,7 @@ mod tests {
             )]
             .into_iter()
             .collect(),
+            budgets: HashMap::new(),
         };
         let gang = |id: u64| PendingJob {
             gang: Some(7),

@@ -277,6 +277,15 @@ pub struct LimitSettings {
     pub max_cpus_per_session: Option<u32>,
     #[serde(with = "baton_core::units::serde_opt_size")]
     pub max_mem_per_session: Option<u64>,
+    /// GPU-hours one user's jobs may hold per `budget_period`, counted from what they held
+    /// (each GPU for as long as it was held, ended attempts and running ones). None by default.
+    pub gpu_hours_per_user: Option<GpuHours>,
+    /// The period a budget covers: `day`, `week` (from Monday 00:00) or `month`, in the
+    /// daemon's local time.
+    pub budget_period: baton_core::limits::Period,
+    /// What a used-up budget does: `queue` (the user's jobs wait for the next period, saying
+    /// so) or `refuse` (submissions are refused until then; running jobs run on).
+    pub budget_mode: BudgetMode,
     /// `[limits.users.NAME]`: one user's own caps, over the ones above.
     pub users: std::collections::BTreeMap<String, UserCaps>,
     /// `[limits.groups.NAME]`: the caps of a group's members, over the ones above (a user's own
@@ -294,6 +303,34 @@ pub struct UserCaps {
     pub max_mem_per_user: Option<u64>,
     pub max_queued_per_user: Option<u32>,
     pub max_gpus_per_job: Option<u32>,
+    pub gpu_hours_per_user: Option<GpuHours>,
+}
+
+/// GPU-hours as config.toml gives them (`40`, `0.5`), kept as GPU-milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuHours(pub i64);
+
+impl<'de> Deserialize<'de> for GpuHours {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let hours = f64::deserialize(d)?;
+        if !(hours.is_finite() && hours > 0.0) {
+            return Err(serde::de::Error::custom(
+                "a budget must be a positive number of GPU-hours (leave it out for none)",
+            ));
+        }
+        Ok(GpuHours((hours * 3_600_000.0).round().max(1.0) as i64))
+    }
+}
+
+/// What a used-up GPU-hour budget does (`[limits] budget_mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetMode {
+    /// The user's jobs wait for the next period, their reason saying so.
+    #[default]
+    Queue,
+    /// New submissions are refused until the next period.
+    Refuse,
 }
 
 /// What one user may hold and queue, resolved from `[limits]` and its overrides; each with the
@@ -304,6 +341,8 @@ pub struct ResolvedCaps {
     pub held: Option<baton_core::limits::AccountCap>,
     pub max_queued: Option<(u32, String)>,
     pub max_gpus_per_job: Option<(u32, String)>,
+    /// GPU-hours per period, and where that is set.
+    pub budget: Option<(GpuHours, String)>,
 }
 
 impl LimitSettings {
@@ -315,6 +354,7 @@ impl LimitSettings {
             max_mem_per_user: self.max_mem_per_user,
             max_queued_per_user: self.max_queued_per_user,
             max_gpus_per_job: self.max_gpus_per_job,
+            gpu_hours_per_user: self.gpu_hours_per_user,
         }
     }
 
@@ -380,6 +420,7 @@ impl LimitSettings {
             held: (!held.cap.is_unlimited()).then_some(held),
             max_queued: pick(&layers, |c| c.max_queued_per_user),
             max_gpus_per_job: pick(&layers, |c| c.max_gpus_per_job),
+            budget: pick(&layers, |c| c.gpu_hours_per_user),
         }
     }
 }
@@ -401,6 +442,9 @@ impl Default for LimitSettings {
             max_gpus_per_session: None,
             max_cpus_per_session: None,
             max_mem_per_session: None,
+            gpu_hours_per_user: None,
+            budget_period: Default::default(),
+            budget_mode: Default::default(),
             users: Default::default(),
             groups: Default::default(),
         }

@@ -937,6 +937,14 @@ impl BatonTools {
                             |m| format!("{m} GPUs")
                         ),
                     ));
+                    if let Some(budget) = &r.budget {
+                        let state = if budget.spent() {
+                            "; used up, so their jobs wait"
+                        } else {
+                            ""
+                        };
+                        text.push_str(&format!("  GPU-hour budget: {budget}{state}\n"));
+                    }
                 }
                 done(text, json!({ "users": rows }))
             }

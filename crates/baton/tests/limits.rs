@@ -165,3 +165,71 @@ fn an_atomic_workflow_over_the_cap_as_a_whole_is_refused_and_one_within_runs() {
         .collect();
     b.wait_ok(&ids);
 }
+
+#[test]
+fn a_user_whose_gpu_hour_budget_is_used_up_waits_for_the_next_period_saying_when() {
+    // 0.0005 GPU-hours: 1.8 GPU-seconds, used up by one GPU held for two seconds.
+    let b = start(2, "gpu_hours_per_user = 0.0005\nbudget_period = \"day\"\n");
+    let first = b.submit(&["--gpus", "1", "--", "sleep", "2"]);
+    b.wait_ok(&[first]);
+    let second = b.submit(&["--gpus", "1", "--", "true"]);
+    let reason = b.wait_reason(second);
+    assert!(
+        reason.starts_with("budget: root has used 0.000")
+            && reason.contains(" of 0.0005 GPU-hours this day; it resets ")
+            && reason.ends_with(" 00:00 ([limits] gpu_hours_per_user = 0.0005)"),
+        "{reason}"
+    );
+    // A job that holds no GPU is not held back by a GPU-hour budget.
+    let cpu = b.submit(&["--", "true"]);
+    b.wait_ok(&[cpu]);
+    let usage = b.run(&["usage", "--json"]).expect(0).json();
+    let budget = &usage.as_array().unwrap()[0]["budget"];
+    assert!(
+        budget["used_ms"].as_i64().unwrap() >= 1_800 && budget["budget_ms"] == 1_800,
+        "{usage}"
+    );
+    let table = b.run(&["usage"]).expect(0).stdout;
+    assert!(
+        table.contains("GPU-HOURS") && table.contains("used up: their jobs wait: root has used"),
+        "{table}"
+    );
+    assert_eq!(b.state(second), "queued");
+}
+
+#[test]
+fn a_used_up_budget_in_refuse_mode_refuses_submissions_and_says_until_when() {
+    let b = start(2, "gpu_hours_per_user = 0.0002\nbudget_mode = \"refuse\"\n");
+    // Under budget: accepted.
+    let first = b.submit(&["--gpus", "1", "--", "sleep", "1"]);
+    b.wait_ok(&[first]);
+    // A job that asks for no GPU is still taken.
+    let cpu = b.submit(&["--", "true"]);
+    b.wait_ok(&[cpu]);
+    let out = b.run(&["submit", "--gpus", "1", "--", "true"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr.contains("GPU-hour budget used up")
+            && out.stderr.contains("this week; it resets Monday ")
+            && out.stderr.contains("budget_mode = \"refuse\""),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_budget_that_is_not_a_positive_number_is_refused_with_its_line() {
+    let b = Baton::unstarted();
+    std::fs::create_dir_all(&b.home).unwrap();
+    std::fs::write(
+        b.home.join("config.toml"),
+        "[limits]\ngpu_hours_per_user = -3\n",
+    )
+    .unwrap();
+    let out = b.run(&["serve", "--sim-gpus", "1"]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("positive number of GPU-hours")
+            && out.stderr.contains("config.toml:2:22:"),
+        "{out:?}"
+    );
+}

@@ -1117,6 +1117,9 @@ pub struct UsageRow {
     pub max_mem: Option<u64>,
     pub max_queued: Option<u32>,
     pub max_gpus_per_job: Option<u32>,
+    /// Their GPU-hours this period against their budget (`[limits] gpu_hours_per_user`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<baton_core::limits::BudgetUse>,
 }
 
 /// `GET /v1/audit?since_ms=MS` and `GET /v1/stats?since_ms=MS`: how far back to look (a

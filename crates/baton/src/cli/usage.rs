@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+use baton_core::limits::gpu_hours;
 use baton_core::units::format_size;
 
 use super::print_json;
@@ -16,12 +17,21 @@ pub fn run(json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     print!("{}", table(&rows));
+    for budget in rows.iter().filter_map(|r| r.budget.as_ref()) {
+        let state = if budget.spent() {
+            "used up: their jobs wait"
+        } else {
+            "budget"
+        };
+        println!("{state}: {budget}");
+    }
     if rows.iter().all(|r| {
         r.max_gpus.is_none()
             && r.max_cpus.is_none()
             && r.max_mem.is_none()
             && r.max_queued.is_none()
             && r.max_gpus_per_job.is_none()
+            && r.budget.is_none()
     }) {
         println!("no limits: `[limits] max_gpus_per_user` and the rest in config.toml set them");
     }
@@ -39,12 +49,12 @@ fn against(held: String, max: Option<String>) -> String {
 /// The rows as the command prints them.
 fn table(rows: &[UsageRow]) -> String {
     let mut out = format!(
-        "{:<16} {:>7} {:>7} {:>19} {:>7} {:>9} {:>8}\n",
-        "USER", "GPUS", "CPUS", "MEMORY", "RUNNING", "QUEUED", "PER JOB"
+        "{:<16} {:>7} {:>7} {:>19} {:>7} {:>9} {:>8} {:>16}\n",
+        "USER", "GPUS", "CPUS", "MEMORY", "RUNNING", "QUEUED", "PER JOB", "GPU-HOURS"
     );
     for r in rows {
         out.push_str(&format!(
-            "{:<16} {:>7} {:>7} {:>19} {:>7} {:>9} {:>8}\n",
+            "{:<16} {:>7} {:>7} {:>19} {:>7} {:>9} {:>8} {:>16}\n",
             r.user,
             against(r.gpus.to_string(), r.max_gpus.map(|m| m.to_string())),
             against(r.cpus.to_string(), r.max_cpus.map(|m| m.to_string())),
@@ -53,6 +63,15 @@ fn table(rows: &[UsageRow]) -> String {
             against(r.queued.to_string(), r.max_queued.map(|m| m.to_string())),
             r.max_gpus_per_job
                 .map_or_else(|| "-".to_string(), |m| format!("{m} GPUs")),
+            r.budget.as_ref().map_or_else(
+                || "-".to_string(),
+                |b| format!(
+                    "{}/{} a {}",
+                    gpu_hours(b.used_ms),
+                    gpu_hours(b.budget_ms),
+                    b.period.noun()
+                )
+            ),
         ));
     }
     out
@@ -77,6 +96,16 @@ mod tests {
             max_mem: Some(64 << 30),
             max_queued: Some(500),
             max_gpus_per_job: Some(2),
+            budget: Some(baton_core::limits::BudgetUse {
+                who: "alice".into(),
+                used_ms: 45_000_000,
+                budget_ms: 40 * 3_600_000,
+                period: baton_core::limits::Period::Week,
+                since: 0,
+                resets_at: 1,
+                resets: "Monday 2026-12-14 00:00".into(),
+                setting: "[limits] gpu_hours_per_user = 40".into(),
+            }),
         };
         let text = table(&[row]);
         let line = text.lines().nth(1).unwrap();
@@ -84,7 +113,8 @@ mod tests {
         assert_eq!(
             cells,
             [
-                "alice", "2/4", "8", "16", "GiB/64", "GiB", "2", "3/500", "2", "GPUs"
+                "alice", "2/4", "8", "16", "GiB/64", "GiB", "2", "3/500", "2", "GPUs", "12.5/40",
+                "a", "week"
             ]
         );
     }

@@ -8,11 +8,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use baton_core::JobState;
-use baton_core::limits::{Account, AccountCap, LimitHit, Limits};
+use baton_core::Millis;
+use baton_core::limits::{Account, AccountCap, BudgetUse, LimitHit, Limits, gpu_hours};
 use baton_core::model::ResourceRequest;
 
 use super::{ApiError, Daemon, Inner};
-use crate::config::ResolvedCaps;
+use crate::config::{BudgetMode, GpuHours, ResolvedCaps};
 use crate::users;
 
 /// Each user's resolved caps, as first asked for.
@@ -66,7 +67,50 @@ impl Daemon {
             }
             limits.accounts_of.insert(job.id, accounts);
         }
+        let now = crate::clock::now_ms();
+        let owners: std::collections::BTreeSet<u32> =
+            inner.jobs.active().map(|j| j.owner_uid).collect();
+        for uid in owners {
+            if let Some(budget) = self.budget_use(inner, uid, now) {
+                limits.budgets.insert(Account::User(uid), budget);
+            }
+        }
         limits
+    }
+
+    /// What user `uid` has used of its GPU-hour budget this period, if it has one: its ended
+    /// attempts' holds from the store, and its running jobs' until `now`.
+    pub(crate) fn budget_use(&self, inner: &Inner, uid: u32, now: Millis) -> Option<BudgetUse> {
+        let (GpuHours(budget_ms), source) = self.user_caps(uid).budget.clone()?;
+        let period = self.config.limits.budget_period;
+        let (since, resets_at, resets) = crate::clock::period_bounds(now, period);
+        let ended = inner
+            .jobs
+            .store()
+            .gpu_ms_held_since(uid, since)
+            .unwrap_or_else(|e| {
+                tracing::warn!(uid, "cannot read GPU-hours held: {e}");
+                0
+            });
+        let running: i64 = inner
+            .jobs
+            .active()
+            .filter(|j| j.owner_uid == uid && j.state() == JobState::Running)
+            .filter_map(|j| {
+                let gpus = j.gpus().len().max(j.request.count as usize) as i64;
+                Some(gpus * (now - j.started_at()?.max(since)).max(0))
+            })
+            .sum();
+        Some(BudgetUse {
+            who: users::name_of(uid),
+            used_ms: ended + running,
+            budget_ms,
+            period,
+            since,
+            resets_at,
+            resets,
+            setting: format!("{source} gpu_hours_per_user = {}", gpu_hours(budget_ms)),
+        })
     }
 
     /// Refuses a request that user `uid` (or its agent `session`) could never run under its
@@ -125,6 +169,28 @@ impl Daemon {
             if let Some(hit) = Limits::never_fits(&account, &cap, request) {
                 return Err(never(hit));
             }
+        }
+        Ok(())
+    }
+
+    /// Refuses a submission of user `uid` that asks for GPUs (`asks_gpus`) while its GPU-hour
+    /// budget is used up and `budget_mode = "refuse"`.
+    pub(super) fn check_budget(
+        &self,
+        inner: &Inner,
+        uid: u32,
+        asks_gpus: bool,
+    ) -> Result<(), ApiError> {
+        if asks_gpus
+            && self.config.limits.caps_anything()
+            && self.config.limits.budget_mode == BudgetMode::Refuse
+            && let Some(budget) = self.budget_use(inner, uid, crate::clock::now_ms())
+            && budget.spent()
+        {
+            return Err(ApiError::BadRequest(format!(
+                "GPU-hour budget used up: {budget}; submissions are refused until then                  ([limits] budget_mode = \"refuse\")"
+            ))
+            .with_hint("see `baton usage`; ask an admin for more, or wait for the reset"));
         }
         Ok(())
     }

@@ -772,6 +772,9 @@ impl Store {
                         refused,
                     })?;
             write_life(&tx, job.id, &life)?;
+            if job.state() == JobState::Running && life.state() != JobState::Running {
+                record_hold(&tx, job, at)?;
+            }
             if let Some((kind, detail)) = Life::event_of(transition) {
                 log_event(&tx, job.id.0, at, kind, &detail)?;
             }
@@ -1369,6 +1372,44 @@ impl LifeColumns {
 }
 
 /// Writes every state column of a job's row from its life.
+/// The GPUs `job`'s running attempt held, from its start until `at` (its end, or its requeue),
+/// counted against its owner's GPU-hour budget.
+fn record_hold(tx: &Transaction<'_>, job: &JobRecord, at: Millis) -> Result<(), StoreError> {
+    let gpus = job.gpus().len().max(job.request.count as usize);
+    let Some(started) = job.started_at() else {
+        return Ok(());
+    };
+    if gpus == 0 {
+        return Ok(());
+    }
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO gpu_holds (job_id, attempt, owner_uid, gpus, started_at, ended_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        job.id.0 as i64,
+        job.attempt(),
+        job.owner_uid,
+        gpus as i64,
+        started,
+        at.max(started),
+    ])?;
+    Ok(())
+}
+
+impl Store {
+    /// The GPU-milliseconds user `uid`'s ended attempts held after `since`.
+    pub fn gpu_ms_held_since(&self, uid: u32, since: Millis) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT coalesce(sum(gpus * (ended_at - max(started_at, ?2))), 0) \
+                 FROM gpu_holds WHERE owner_uid = ?1 AND ended_at > ?2",
+            )?
+            .query_row(params![uid, since], |r| r.get(0))?)
+    }
+}
+
 fn write_life(tx: &Transaction<'_>, id: JobId, life: &Life) -> Result<(), StoreError> {
     let c = LifeColumns::of(life);
     tx.prepare_cached(
@@ -1517,6 +1558,13 @@ mod tests {
         );
         assert_eq!(ended.not_before(), None, "a start clears the backoff");
         assert_eq!(ended.started_at(), Some(4_000));
+        // Both attempts held their two GPUs for a second each, counted for the owner's budget
+        // (a share of the second after 4.5 s).
+        let uid = ended.owner_uid;
+        assert_eq!(store.gpu_ms_held_since(uid, 0).unwrap(), 4_000);
+        assert_eq!(store.gpu_ms_held_since(uid, 4_500).unwrap(), 1_000);
+        assert_eq!(store.gpu_ms_held_since(uid, 5_000).unwrap(), 0);
+        assert_eq!(store.gpu_ms_held_since(uid + 1, 0).unwrap(), 0);
         let kinds: Vec<String> = store
             .events(job.id)
             .unwrap()

@@ -215,6 +215,24 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE alerts ADD COLUMN seq INTEGER NOT NULL DEFAULT 1;
     DROP INDEX alerts_once;
     CREATE UNIQUE INDEX alerts_once ON alerts (job_id, attempt, detector, seq);",
+    // 18: the GPUs each ended attempt held and for how long, whose (GPU-hour budgets, issue
+    // 19); the last attempts of the jobs already ended are counted from their rows.
+    "CREATE TABLE gpu_holds (
+        job_id INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        owner_uid INTEGER NOT NULL,
+        gpus INTEGER NOT NULL,
+        started_at INTEGER NOT NULL,
+        ended_at INTEGER NOT NULL,
+        PRIMARY KEY (job_id, attempt)
+    );
+    CREATE INDEX gpu_holds_owner ON gpu_holds (owner_uid, ended_at);
+    INSERT OR IGNORE INTO gpu_holds
+        SELECT id, attempt, owner_uid, max(json_array_length(gpus), gpus_requested),
+               started_at, ended_at
+        FROM jobs
+        WHERE started_at IS NOT NULL AND ended_at IS NOT NULL AND ended_at >= started_at
+          AND max(json_array_length(gpus), gpus_requested) > 0;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

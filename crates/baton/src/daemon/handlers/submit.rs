@@ -50,6 +50,7 @@ pub async fn handle(
             return Ok(Json(view));
         }
         daemon.check_queue_room(&inner, job.owner_uid, 1)?;
+        daemon.check_budget(&inner, job.owner_uid, job.request.count > 0)?;
         for dep in &job.deps {
             if !inner.jobs.is_active(dep.job) && inner.jobs.store().get(dep.job)?.is_none() {
                 let newest = inner.jobs.store().max_id()?;

@@ -95,6 +95,7 @@ pub async fn submit(
             Err(id)
         } else {
             daemon.check_queue_room(&inner, template.owner_uid, runs.len())?;
+            daemon.check_budget(&inner, template.owner_uid, template.request.count > 0)?;
             for dep in &template.deps {
                 if !inner.jobs.is_active(dep.job) && inner.jobs.store().get(dep.job)?.is_none() {
                     let newest = inner.jobs.store().max_id()?;

@@ -1,6 +1,6 @@
 //! `GET /v1/usage`: where each user with active jobs stands against `[limits]` (issue 19), the
 //! caller always among them: the GPUs, CPUs and memory their jobs hold now, how many run and
-//! wait, and each cap. What a user holds is as public as the queue it is read from.
+//! wait, each cap, and their GPU-hours this period against their budget. What a user holds is as public as the queue it is read from.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,6 +30,7 @@ pub async fn handle(
         max_mem: None,
         max_queued: None,
         max_gpus_per_job: None,
+        budget: None,
     };
     {
         let inner = daemon.lock();
@@ -57,6 +58,13 @@ pub async fn handle(
     rows.entry(peer.uid)
         .or_insert_with(|| blank(peer.uid, crate::users::name_of(peer.uid)));
     let mut out: Vec<UsageRow> = rows.into_values().collect();
+    if daemon.config.limits.caps_anything() {
+        let now = crate::clock::now_ms();
+        let inner = daemon.lock();
+        for row in &mut out {
+            row.budget = daemon.budget_use(&inner, row.uid, now);
+        }
+    }
     for row in &mut out {
         let caps = daemon.user_caps(row.uid);
         if let Some(held) = &caps.held {

@@ -98,6 +98,12 @@ pub async fn submit(
     let (wf, jobs) = {
         let mut inner = daemon.lock();
         daemon.check_queue_room(&inner, peer.uid, spec.tasks.len())?;
+        let host = &daemon.config.host;
+        let asks_gpus = spec
+            .tasks
+            .iter()
+            .any(|t| t.request_with(host.default_cpus, host.default_mem).count > 0);
+        daemon.check_budget(&inner, peer.uid, asks_gpus)?;
         // Predicted run times: the history of the same task of the same workflow, or of the same
         // command, else the time limit, else a default.
         let mut durations = Vec::with_capacity(spec.tasks.len());
