@@ -939,7 +939,7 @@ impl BatonTools {
                     ));
                     if let Some(budget) = &r.budget {
                         let state = if budget.spent() {
-                            "; used up, so their jobs wait"
+                            "; used up: their queued jobs that ask for GPUs wait for the reset"
                         } else {
                             ""
                         };

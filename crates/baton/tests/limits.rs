@@ -191,7 +191,7 @@ fn a_user_whose_gpu_hour_budget_is_used_up_waits_for_the_next_period_saying_when
     );
     let table = b.run(&["usage"]).expect(0).stdout;
     assert!(
-        table.contains("GPU-HOURS") && table.contains("used up: their jobs wait: root has used"),
+        table.contains("GPU-HOURS") && table.contains("used up, GPU jobs wait: root has used"),
         "{table}"
     );
     assert_eq!(b.state(second), "queued");

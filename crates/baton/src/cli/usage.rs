@@ -19,7 +19,7 @@ pub fn run(json: bool) -> anyhow::Result<ExitCode> {
     print!("{}", table(&rows));
     for budget in rows.iter().filter_map(|r| r.budget.as_ref()) {
         let state = if budget.spent() {
-            "used up: their jobs wait"
+            "used up, GPU jobs wait"
         } else {
             "budget"
         };
