@@ -96,10 +96,7 @@ impl Daemon {
             .jobs
             .active()
             .filter(|j| j.owner_uid == uid && j.state() == JobState::Running)
-            .filter_map(|j| {
-                let gpus = j.gpus().len().max(j.request.count as usize) as i64;
-                Some(gpus * (now - j.started_at()?.max(since)).max(0))
-            })
+            .filter_map(|j| Some(j.gpus_held() * (now - j.started_at()?.max(since)).max(0)))
             .sum();
         Some(BudgetUse {
             who: users::name_of(uid),
@@ -188,7 +185,8 @@ impl Daemon {
             && budget.spent()
         {
             return Err(ApiError::BadRequest(format!(
-                "GPU-hour budget used up: {budget}; submissions are refused until then                  ([limits] budget_mode = \"refuse\")"
+                "GPU-hour budget used up: {budget}; GPU jobs are refused until then \
+                 ([limits] budget_mode = \"refuse\")"
             ))
             .with_hint("see `baton usage`; ask an admin for more, or wait for the reset"));
         }

@@ -384,6 +384,12 @@ impl JobRecord {
         }
     }
 
+    /// How many GPUs its attempt holds while it runs: those it was placed on, or, where
+    /// another scheduler placed it (Slurm), as many as it asked for.
+    pub fn gpus_held(&self) -> i64 {
+        self.gpus().len().max(self.request.count as usize) as i64
+    }
+
     /// When its running (or, once ended, its last) attempt started.
     pub fn started_at(&self) -> Option<Millis> {
         match &self.life.status {
@@ -783,6 +789,17 @@ impl Store {
         also(&tx)?;
         tx.commit()?;
         Ok(done)
+    }
+
+    /// The GPU-milliseconds user `uid`'s ended attempts held after `since` (`gpu_holds`).
+    pub fn gpu_ms_held_since(&self, uid: u32, since: Millis) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT coalesce(sum(gpus * (ended_at - max(started_at, ?2))), 0) \
+                 FROM gpu_holds WHERE owner_uid = ?1 AND ended_at > ?2",
+            )?
+            .query_row(params![uid, since], |r| r.get(0))?)
     }
 
     /// Sets where a job's report goes (the Claude Code hook claimed its wake-up).
@@ -1371,11 +1388,10 @@ impl LifeColumns {
     }
 }
 
-/// Writes every state column of a job's row from its life.
 /// The GPUs `job`'s running attempt held, from its start until `at` (its end, or its requeue),
 /// counted against its owner's GPU-hour budget.
 fn record_hold(tx: &Transaction<'_>, job: &JobRecord, at: Millis) -> Result<(), StoreError> {
-    let gpus = job.gpus().len().max(job.request.count as usize);
+    let gpus = job.gpus_held();
     let Some(started) = job.started_at() else {
         return Ok(());
     };
@@ -1390,26 +1406,14 @@ fn record_hold(tx: &Transaction<'_>, job: &JobRecord, at: Millis) -> Result<(), 
         job.id.0 as i64,
         job.attempt(),
         job.owner_uid,
-        gpus as i64,
+        gpus,
         started,
         at.max(started),
     ])?;
     Ok(())
 }
 
-impl Store {
-    /// The GPU-milliseconds user `uid`'s ended attempts held after `since`.
-    pub fn gpu_ms_held_since(&self, uid: u32, since: Millis) -> Result<i64, StoreError> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT coalesce(sum(gpus * (ended_at - max(started_at, ?2))), 0) \
-                 FROM gpu_holds WHERE owner_uid = ?1 AND ended_at > ?2",
-            )?
-            .query_row(params![uid, since], |r| r.get(0))?)
-    }
-}
-
+/// Writes every state column of a job's row from its life.
 fn write_life(tx: &Transaction<'_>, id: JobId, life: &Life) -> Result<(), StoreError> {
     let c = LifeColumns::of(life);
     tx.prepare_cached(

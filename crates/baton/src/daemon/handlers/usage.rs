@@ -1,6 +1,7 @@
 //! `GET /v1/usage`: where each user with active jobs stands against `[limits]` (issue 19), the
 //! caller always among them: the GPUs, CPUs and memory their jobs hold now, how many run and
-//! wait, each cap, and their GPU-hours this period against their budget. What a user holds is as public as the queue it is read from.
+//! wait, each cap, and their GPU-hours this period against their budget. What a user holds is
+//! as public as the queue it is read from.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

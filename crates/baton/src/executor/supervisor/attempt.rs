@@ -212,6 +212,12 @@ impl Attempt {
             }),
             None => Procs::Descendants,
         };
+        // The count an OOM kill would raise, as the job starts: its new cgroup's own (exact:
+        // only its processes count), else the machine's.
+        let cgroup_oom_kills = match &procs {
+            Procs::Cgroup(cgroup) => limits::oom_kills_in(&cgroup.dir),
+            Procs::Descendants => None,
+        };
         // Its reservation, held by the kernel where its cgroup can, else watched from here.
         let enforced = match &procs {
             Procs::Cgroup(cgroup) => limits::apply(&cgroup.dir, launch.cpus, launch.mem_limit),
@@ -232,15 +238,8 @@ impl Attempt {
             kill_at: None,
             killed: false,
             next_memory_look: now + limits::WATCH_INTERVAL,
-            oom_counted_by_cgroup: false,
+            oom_counted_by_cgroup: cgroup_oom_kills.is_some(),
         };
-        // The count an OOM kill would raise, as the job starts: its new cgroup's own (exact:
-        // only its processes count), else the machine's.
-        let cgroup_oom_kills = match &attempt.procs {
-            Procs::Cgroup(cgroup) => limits::oom_kills_in(&cgroup.dir),
-            Procs::Descendants => None,
-        };
-        attempt.oom_counted_by_cgroup = cgroup_oom_kills.is_some();
         // Whatever the job detaches (setsid, double forks) is reparented to a subreaper rather
         // than to init, so it stays findable below a supervisor of this attempt alone.
         if matches!(attempt.procs, Procs::Descendants)
@@ -436,17 +435,14 @@ impl Attempt {
         {
             self.exit.memory_exceeded = Some(limit);
         }
-        // Only a SIGKILL can be an OOM killer's; read while the cgroup is still there.
-        if let Procs::Cgroup(cgroup) = &self.procs
-            && self.oom_counted_by_cgroup
-            && self.exit.signal == Some(9)
-        {
-            self.exit.oom_kills = limits::oom_kills_in(&cgroup.dir);
-        }
-        if let Procs::Cgroup(cgroup) = &self.procs
-            && all_gone
-        {
-            cgroup.remove();
+        if let Procs::Cgroup(cgroup) = &self.procs {
+            // Only a SIGKILL can be an OOM killer's; read while the cgroup is still there.
+            if self.oom_counted_by_cgroup && self.exit.signal == Some(9) {
+                self.exit.oom_kills = limits::oom_kills_in(&cgroup.dir);
+            }
+            if all_gone {
+                cgroup.remove();
+            }
         }
         if !all_gone {
             eprintln!(

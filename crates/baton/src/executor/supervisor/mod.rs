@@ -135,14 +135,12 @@ fn supervise_one(claimed: Claimed) -> i32 {
     let mut reactor = Reactor {
         host: None,
         signals,
-        attempts: vec![Attempt::start(
-            claimed,
-            &mut OomKillsAtStart::default(),
-            Instant::now(),
-        )],
+        attempts: Vec::new(),
         forked: HashMap::new(),
         oom_kills_at_start: OomKillsAtStart::default(),
     };
+    let started = Attempt::start(claimed, &mut reactor.oom_kills_at_start, Instant::now());
+    reactor.attempts.push(started);
     reactor.run();
     0
 }
