@@ -1082,3 +1082,49 @@ fn a_user_at_their_cap_waits_while_another_user_runs() {
     as_user(&b, &alice, &["cancel", &a1.to_string()]).expect(0);
     b.wait_ok(&[a2]);
 }
+
+/// Issue 19: a GPU-hour budget is its user's own. Alice's (1.08 GPU-seconds, her own entry) is
+/// used up by one short GPU job and her next GPU job waits for the reset; bob, with none, runs
+/// on, and `baton usage` shows each where they stand.
+#[test]
+fn a_users_spent_gpu_hour_budget_holds_back_only_their_gpu_jobs() {
+    let Some(Shared { b, alice, bob }) = shared_daemon(
+        "g",
+        "[limits]\nbudget_period = \"day\"\n\n[limits.users.ALICE]\ngpu_hours_per_user = 0.0003\n",
+    ) else {
+        return;
+    };
+    let a1 = submit_as_with(&b, &alice, &["--gpus", "1"], "sleep 1.5");
+    b.wait_ok(&[a1]);
+    let a2 = submit_as_with(&b, &alice, &["--gpus", "1"], "true");
+    let reason = b.wait_reason(a2);
+    assert!(
+        reason.starts_with(&format!("budget: {} has used ", alice.name))
+            && reason.contains(&format!(
+                "([limits.users.{}] gpu_hours_per_user = 0.0003)",
+                alice.name
+            )),
+        "{reason}"
+    );
+    let b1 = submit_as_with(&b, &bob, &["--gpus", "1"], "true");
+    b.wait_ok(&[b1]);
+    let a3 = submit_as_with(&b, &alice, &[], "true");
+    b.wait_ok(&[a3]);
+    assert_eq!(b.state(a2), "queued");
+    let usage = as_user(&b, &bob, &["usage", "--json"]).expect(0).json();
+    let row = |name: &str| {
+        usage
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["user"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no row for {name}: {usage}"))
+    };
+    assert!(
+        row(&alice.name)["budget"]["used_ms"].as_i64().unwrap() >= 1_080,
+        "{usage}"
+    );
+    assert!(row(&bob.name).get("budget").is_none(), "{usage}");
+    as_user(&b, &alice, &["cancel", &a2.to_string()]).expect(0);
+}
