@@ -1,6 +1,6 @@
-//! When a job may begin (`submit --begin TIME`), as people write it: `now+2h`, `14:00` (today,
-//! or tomorrow once that has passed, as Slurm reads it), `2026-12-03`, `2026-12-03T09:00`, or
-//! RFC 3339 with an offset (`2026-12-03T09:00:00Z`, `…+01:00`). Times without an offset are
+//! When a job may begin (`submit --begin TIME`, and a reservation's `--start`), as people
+//! write it: `now+2h`, `14:00` (today, or tomorrow once that has passed, as Slurm reads it),
+//! `today 14:00`, `tomorrow 09:00`, `2026-12-03`, `2026-12-03T09:00`, or RFC 3339 with an offset (`2026-12-03T09:00:00Z`, `…+01:00`). Times without an offset are
 //! the caller's local time: the caller passes its zone as a function from an instant to that
 //! zone's offset, so the core reads no clock and no time zone database.
 
@@ -9,10 +9,22 @@ use crate::units::parse_duration;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "cannot read --begin {0:?}: expected now+DURATION (now+2h), HH:MM[:SS] (14:00), a date \
-     (2026-12-03), a local date and time (2026-12-03T09:00) or RFC 3339 (2026-12-03T09:00:00Z)"
+    "cannot read {flag} {text:?}: expected now+DURATION (now+2h), HH:MM[:SS] (14:00), today or \
+     tomorrow HH:MM (tomorrow 09:00), a date (2026-12-03), a local date and time \
+     (2026-12-03T09:00) or RFC 3339 (2026-12-03T09:00:00Z)"
 )]
-pub struct BeginError(pub String);
+pub struct BeginError {
+    /// The option it was given to (`--begin`, `--start`).
+    pub flag: &'static str,
+    pub text: String,
+}
+
+impl BeginError {
+    /// The same error, about option `flag`.
+    pub fn for_flag(self, flag: &'static str) -> BeginError {
+        BeginError { flag, ..self }
+    }
+}
 
 /// The instant `text` names, given `now` and `offset_at(instant)`: the local zone's offset from
 /// UTC, in seconds, at that instant.
@@ -21,7 +33,10 @@ pub fn parse_begin(
     now: Millis,
     offset_at: impl Fn(Millis) -> i64,
 ) -> Result<Millis, BeginError> {
-    let err = || BeginError(text.to_string());
+    let err = || BeginError {
+        flag: "--begin",
+        text: text.to_string(),
+    };
     let t = text.trim();
     if t == "now" {
         return Ok(now);
@@ -37,8 +52,14 @@ pub fn parse_begin(
         let guess = wall_ms - offset_at(wall_ms) * 1000;
         wall_ms - offset_at(guess) * 1000
     };
+    let today_wall = (now + offset_at(now) * 1000).div_euclid(DAY_MS) * DAY_MS;
+    for (word, days) in [("today ", 0), ("tomorrow ", 1)] {
+        if let Some(clock) = t.strip_prefix(word) {
+            let clock = time_of_day(clock.trim()).ok_or_else(err)?;
+            return Ok(local(today_wall + days * DAY_MS + clock));
+        }
+    }
     if let Some(clock) = time_of_day(t) {
-        let today_wall = (now + offset_at(now) * 1000).div_euclid(DAY_MS) * DAY_MS;
         let at = local(today_wall + clock);
         return Ok(if at > now {
             at
@@ -163,6 +184,20 @@ mod tests {
         // In UTC+1 it is 11:30 locally: 12:00 local is 11:00Z, half an hour away.
         assert_eq!(parse_begin("12:00", NOW, PLUS_ONE), Ok(NOW + 1_800_000));
         assert_eq!(parse_begin("12:00:30", NOW, PLUS_ONE), Ok(NOW + 1_830_000));
+        // Named days: today's even when passed, tomorrow's always.
+        let midnight = NOW / DAY_MS * DAY_MS;
+        assert_eq!(
+            parse_begin("tomorrow 09:00", NOW, UTC),
+            Ok(midnight + DAY_MS + 9 * 3_600_000)
+        );
+        assert_eq!(
+            parse_begin("today 09:00", NOW, UTC),
+            Ok(midnight + 9 * 3_600_000)
+        );
+        assert_eq!(
+            parse_begin("tomorrow 09:00", NOW, PLUS_ONE),
+            Ok(midnight + DAY_MS + 8 * 3_600_000)
+        );
     }
 
     #[test]
@@ -201,6 +236,8 @@ mod tests {
             "12:3",
             "",
             "2026-12-03T09:00+5",
+            "tomorrow 9am",
+            "yesterday 09:00",
         ] {
             let e = parse_begin(bad, NOW, UTC).unwrap_err();
             assert!(e.to_string().contains("now+DURATION"), "{bad}: {e}");

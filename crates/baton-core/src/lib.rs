@@ -21,6 +21,7 @@ pub mod sim;
 pub mod sweep;
 pub mod units;
 pub mod waste;
+pub mod windows;
 pub mod workflow;
 
 pub use model::{

@@ -228,6 +228,9 @@ pub struct PendingJob {
     /// A run of a sweep that caps how many of its runs go at once (`--array 0-99%4`).
     #[serde(default)]
     pub throttle: Option<Throttle>,
+    /// The reservation it runs in (`--reservation NAME`): the id of its [`crate::windows::Window`].
+    #[serde(default)]
+    pub window: Option<u64>,
 }
 
 impl PendingJob {
@@ -256,6 +259,7 @@ impl PendingJob {
             not_before: None,
             begin: None,
             throttle: None,
+            window: None,
         }
     }
 }

@@ -252,6 +252,24 @@ impl Occupancy {
         self.take(&positions, req);
     }
 
+    /// Keeps `gpus` from every job, whole or shared, whoever holds them now: a view for jobs
+    /// that may not use GPUs kept for a reservation ([`crate::windows`]). Never released; the
+    /// scheduler withholds on a clone. GPUs that do not exist are ignored.
+    pub fn withhold(&mut self, gpus: &[u32]) {
+        let mut changed: Vec<usize> = Vec::with_capacity(1);
+        for &index in gpus {
+            if let Ok(pos) = self.position(index) {
+                let slot = &mut self.slots[pos];
+                slot.holders += 1;
+                slot.exclusive = true;
+                if !changed.contains(&self.node_at[pos]) {
+                    changed.push(self.node_at[pos]);
+                }
+            }
+        }
+        self.refresh(&changed);
+    }
+
     /// The node (its position in `nodes`) whose cores and memory a job on the GPUs at
     /// `positions` takes: theirs, or the first node's for a job without GPUs.
     fn host_node(&self, positions: &[usize]) -> Option<usize> {

@@ -14,6 +14,11 @@
 //! else may take; a job with a reservation starts on exactly those GPUs once its dependencies
 //! allow. A gang that does not fit holds the reservation like a blocked job, so a stream of small
 //! jobs cannot starve it, and two gangs never deadlock: neither ever holds part of what it needs.
+//!
+//! Reservations' windows ([`crate::windows`]) keep their GPUs: a job outside them takes those
+//! GPUs only if it ends, by its time limit, before the window begins; a job in one runs on its
+//! GPUs only, within its window, and does not take the backfill reservation (it waits on its
+//! window, not on the machine). An atomic workflow never takes a reservation's GPUs.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -24,6 +29,7 @@ use crate::limits::{Account, BudgetUse, Held, LimitHit, Limits};
 use crate::model::{Gpu, JobId, JobState, Millis, PendingJob, ResourceRequest, RunningJob};
 use crate::placement::{Free, Occupancy};
 use crate::units::format_duration;
+use crate::windows::Window;
 
 /// A decision to start a job on these GPUs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,6 +38,10 @@ pub struct Start {
     pub gpus: Vec<u32>,
     /// Started ahead of a higher-priority job that holds a reservation.
     pub backfilled: bool,
+    /// It runs in a reservation and must end by the end of its window: its time limit for this
+    /// attempt is at most `until` less the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<Millis>,
 }
 
 /// Why a queued job is not starting in this pass.
@@ -66,6 +76,36 @@ pub enum WaitReason {
     Limit(LimitHit),
     /// Its owner's GPU-hour budget for the period is used up (`[limits] gpu_hours_per_user`).
     Budget(BudgetUse),
+    /// It runs in a reservation (`--reservation NAME`) whose window has not begun.
+    ReservationAhead {
+        name: String,
+        at: Millis,
+        /// `at` relative to `now`, for people.
+        in_ms: Millis,
+    },
+    /// Its reservation's window is on, but not enough of its GPUs are free.
+    ReservationFull {
+        name: String,
+        needs: ResourceRequest,
+        /// What the reservation's GPUs have free (`gpus`: how many it has).
+        free: Free,
+    },
+    /// It would fit but for GPUs kept for a reservation: a job outside it may take them only if
+    /// it ends, by its time limit, before the window begins.
+    KeptForReservation {
+        needs: ResourceRequest,
+        /// What is free, the kept GPUs counted.
+        free: Free,
+        /// The reservation in the way that begins first.
+        name: String,
+        /// How long until it begins (0: it is on) and ends.
+        begins_in: Millis,
+        ends_in: Millis,
+        /// When the job is the backfill reservation's holder: the latest time it is guaranteed
+        /// to start, and that relative to `now`.
+        reserved_at: Option<Millis>,
+        reserved_in: Option<Millis>,
+    },
     /// A retry waiting out its backoff after a failed attempt.
     Backoff {
         /// When it may start.
@@ -116,6 +156,42 @@ impl fmt::Display for WaitReason {
             ),
             WaitReason::Limit(hit) => write!(f, "limit: {hit}"),
             WaitReason::Budget(spent) => write!(f, "budget: {spent}"),
+            WaitReason::ReservationAhead { name, in_ms, .. } => write!(
+                f,
+                "reservation: {name} begins in {}",
+                format_duration(*in_ms)
+            ),
+            WaitReason::ReservationFull { name, needs, free } => {
+                write!(f, "reservation: {name}'s GPUs: {}", free.describe(needs))
+            }
+            WaitReason::KeptForReservation {
+                needs,
+                free,
+                name,
+                begins_in,
+                ends_in,
+                reserved_in,
+                ..
+            } => {
+                write!(
+                    f,
+                    "reserved: {}, but GPUs it could use are kept for reservation {name}",
+                    free.describe(needs)
+                )?;
+                if *begins_in > 0 {
+                    write!(
+                        f,
+                        " from {} from now; with a time limit that ends before then it may use them",
+                        format_duration(*begins_in)
+                    )?;
+                } else {
+                    write!(f, " for {} more", format_duration(*ends_in))?;
+                }
+                if let Some(dt) = reserved_in {
+                    write!(f, "; reserved to start within {}", format_duration(*dt))?;
+                }
+                Ok(())
+            }
             WaitReason::Backoff { in_ms, .. } => write!(
                 f,
                 "retry backoff: the next attempt may start in {}",
@@ -154,6 +230,9 @@ pub struct Plan {
     pub starts: Vec<Start>,
     /// Jobs that can never start because a dependency they need to succeed did not.
     pub dependency_failed: Vec<(JobId, String)>,
+    /// Jobs submitted into a reservation that is no longer among the windows (it ended, or was
+    /// deleted, before they could start): they can never start.
+    pub reservation_gone: Vec<JobId>,
     pub waiting: Vec<(JobId, WaitReason)>,
     /// The earliest moment a job waiting out a retry backoff or its `--begin` may start: the
     /// caller plans again then (nothing else would wake it).
@@ -236,6 +315,26 @@ pub fn plan_limited(
     options: PlanOptions,
     limits: &Limits,
 ) -> Plan {
+    plan_with_reservations(cluster, running, pending, states, now, options, limits, &[])
+}
+
+/// [`plan_limited`], with reservations' `windows` keeping their GPUs (see the module's
+/// comment). Windows already over are ignored.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_with_reservations(
+    cluster: &Occupancy,
+    running: &[RunningJob],
+    pending: &[PendingJob],
+    states: &HashMap<JobId, JobState>,
+    now: Millis,
+    options: PlanOptions,
+    limits: &Limits,
+    windows: &[Window],
+) -> Plan {
+    let mut views = Views::new(windows, now);
+    // For the backfill reservation's time: a window's GPUs count as held until it ends (which
+    // may be later than needed, never earlier).
+    let window_holders = views.as_holders();
     let mut occupancy = cluster.clone();
     let mut holders: Vec<RunningJob> = Vec::with_capacity(running.len() + pending.len());
     for job in running {
@@ -316,6 +415,7 @@ pub fn plan_limited(
                     job: job.id,
                     gpus: gpus.clone(),
                     backfilled: false,
+                    until: None,
                 }),
                 Deps::Waiting(on) => out.waiting.push((job.id, WaitReason::Dependency { on })),
                 Deps::Failed(reason) => out.dependency_failed.push((job.id, reason)),
@@ -339,11 +439,12 @@ pub fn plan_limited(
                 now,
                 options,
                 (limits, &mut held),
-                &mut occupancy,
-                &mut holders,
+                (&mut occupancy, &views.kept_from_all()),
+                (&mut holders, &window_holders),
                 &mut reservation,
                 &mut out,
             );
+            views.clear();
             continue;
         }
         match dependencies(job, states) {
@@ -363,6 +464,19 @@ pub fn plan_limited(
                 .push((job.id, WaitReason::Impossible { needs, free }));
             continue;
         }
+        if let Some(window) = job.window {
+            start_in_window(
+                job,
+                window,
+                now,
+                (limits, &mut held),
+                &mut views,
+                &mut occupancy,
+                &mut holders,
+                &mut out,
+            );
+            continue;
+        }
         // A GPU-hour budget holds back only what would hold GPUs.
         if job.request.count > 0
             && let Some(spent) = limits.budget_spent(job.id)
@@ -376,34 +490,60 @@ pub fn plan_limited(
             continue;
         }
         let ends_by = job.time_limit.map(|limit| now.saturating_add(limit));
-        let chosen = if reservation.is_some() && !options.backfill {
-            // Strict order: nothing passes a blocked job.
+        // The reservations it would be in the way of, if any: their GPUs are not its to take.
+        let in_the_way = if job.request.count == 0 {
+            0
+        } else {
+            views.in_the_way(ends_by)
+        };
+        let partner = if job.colocate.is_empty() {
             None
         } else {
-            let partner = if job.colocate.is_empty() {
-                None
-            } else {
-                out.starts
-                    .iter()
-                    .filter(|s| job.colocate.contains(&s.job))
-                    .find_map(|s| s.gpus.first().and_then(|&g| occupancy.node_of(g)))
-            };
-            occupancy.choose_near(&job.request, partner.or(job.prefer_node))
+            out.starts
+                .iter()
+                .filter(|s| job.colocate.contains(&s.job))
+                .find_map(|s| s.gpus.first().and_then(|&g| occupancy.node_of(g)))
+        };
+        // Strict order: nothing passes a blocked job.
+        let strictly_behind = reservation.is_some() && !options.backfill;
+        let chosen = if strictly_behind {
+            None
+        } else {
+            views
+                .outside(&occupancy, in_the_way)
+                .choose_near(&job.request, partner.or(job.prefer_node))
         };
         let Some(chosen) = chosen else {
             let (needs, free) = (job.request, occupancy.free());
+            // Kept out by a reservation, not by what runs: say so, and how to get in.
+            let kept_by =
+                (!strictly_behind && in_the_way > 0 && occupancy.choose(&job.request).is_some())
+                    .then(|| views.first_in_the_way(in_the_way))
+                    .flatten();
             if reservation.is_none() {
-                let r = reserve(job.id, &[job.request], cluster, &holders);
+                let r = reserve(
+                    job.id,
+                    &[job.request],
+                    cluster,
+                    &with_windows(&holders, &window_holders),
+                );
+                let (reserved_at, reserved_in) = (r.at, r.at.map(|at| at - now));
                 out.waiting.push((
                     job.id,
-                    WaitReason::Resources {
-                        needs,
-                        free,
-                        reserved_at: r.at,
-                        reserved_in: r.at.map(|at| at - now),
+                    match kept_by {
+                        Some(w) => kept_for(w, now, needs, free, reserved_at),
+                        None => WaitReason::Resources {
+                            needs,
+                            free,
+                            reserved_at,
+                            reserved_in,
+                        },
                     },
                 ));
                 reservation = Some(r);
+            } else if let Some(w) = kept_by {
+                out.waiting
+                    .push((job.id, kept_for(w, now, needs, free, None)));
             } else {
                 let behind = reservation.as_ref().map(|r| r.job);
                 let reason = match behind {
@@ -432,9 +572,8 @@ pub fn plan_limited(
                     continue;
                 }
                 if outlasts(ends_by, r.at) {
-                    r.held_then
-                        .hold(&chosen, &job.request)
-                        .expect("checked by fits_beside_reservation");
+                    // `occupy`: a reservation's GPUs are held then already, if it is on.
+                    r.held_then.occupy(&chosen, &job.request);
                 }
                 true
             }
@@ -442,6 +581,7 @@ pub fn plan_limited(
         occupancy
             .hold(&chosen, &job.request)
             .expect("chosen from free GPUs");
+        views.clear();
         if let Some(t) = job.throttle {
             *group_running.entry(t.group).or_insert(t.running) += 1;
         }
@@ -456,9 +596,241 @@ pub fn plan_limited(
             job: job.id,
             gpus: chosen,
             backfilled,
+            until: None,
         });
     }
+    // Where a window begins or ends, what may start changes: plan again then.
+    if !out.waiting.is_empty()
+        && let Some(at) = views.next_change()
+    {
+        out.next_wakeup = Some(out.next_wakeup.map_or(at, |t| t.min(at)));
+    }
     out
+}
+
+/// A job in reservation `window`'s turn: it waits for the window, then starts on the window's
+/// GPUs if they have room, with the window's end as its end. The caps on what its owner holds
+/// at once do not hold it back (the reservation is what it was given), but what it takes
+/// counts as held, and a spent GPU-hour budget keeps it waiting as any GPU job.
+#[allow(clippy::too_many_arguments)]
+fn start_in_window(
+    job: &PendingJob,
+    window: u64,
+    now: Millis,
+    (limits, held): (&Limits, &mut HashMap<Account, Held>),
+    views: &mut Views<'_>,
+    occupancy: &mut Occupancy,
+    holders: &mut Vec<RunningJob>,
+    out: &mut Plan,
+) {
+    let Some((at, w)) = views.window(window) else {
+        out.reservation_gone.push(job.id);
+        return;
+    };
+    if !w.has_begun(now) {
+        out.waiting.push((
+            job.id,
+            WaitReason::ReservationAhead {
+                name: w.name.clone(),
+                at: w.start,
+                in_ms: w.start - now,
+            },
+        ));
+        out.next_wakeup = Some(out.next_wakeup.map_or(w.start, |t| t.min(w.start)));
+        return;
+    }
+    if job.request.count > 0
+        && let Some(spent) = limits.budget_spent(job.id)
+    {
+        out.waiting
+            .push((job.id, WaitReason::Budget(spent.clone())));
+        return;
+    }
+    let (name, end, size) = (w.name.clone(), w.end, w.gpus.len());
+    let inside = views.inside(occupancy, at);
+    let Some(chosen) = inside.choose_near(&job.request, job.prefer_node) else {
+        let free = Free {
+            gpus: size,
+            ..inside.free()
+        };
+        out.waiting.push((
+            job.id,
+            WaitReason::ReservationFull {
+                name,
+                needs: job.request,
+                free,
+            },
+        ));
+        return;
+    };
+    occupancy
+        .hold(&chosen, &job.request)
+        .expect("chosen from free GPUs");
+    views.clear();
+    limits.take(job.id, &job.request, held);
+    let ends_by = job
+        .time_limit
+        .map_or(end, |limit| now.saturating_add(limit).min(end));
+    holders.push(RunningJob {
+        id: job.id,
+        gpus: chosen.clone(),
+        request: job.request,
+        ends_by: Some(ends_by),
+    });
+    out.starts.push(Start {
+        job: job.id,
+        gpus: chosen,
+        backfilled: false,
+        until: Some(end),
+    });
+}
+
+/// Why a job waits that a reservation keeps out.
+fn kept_for(
+    w: &Window,
+    now: Millis,
+    needs: ResourceRequest,
+    free: Free,
+    reserved_at: Option<Millis>,
+) -> WaitReason {
+    WaitReason::KeptForReservation {
+        needs,
+        free,
+        name: w.name.clone(),
+        begins_in: (w.start - now).max(0),
+        ends_in: w.end - now,
+        reserved_at,
+        reserved_in: reserved_at.map(|at| at - now),
+    }
+}
+
+/// `holders` and the windows' GPUs as holders, for the backfill reservation's time.
+fn with_windows<'a>(
+    holders: &'a [RunningJob],
+    windows: &[RunningJob],
+) -> std::borrow::Cow<'a, [RunningJob]> {
+    if windows.is_empty() {
+        std::borrow::Cow::Borrowed(holders)
+    } else {
+        std::borrow::Cow::Owned(holders.iter().chain(windows).cloned().collect())
+    }
+}
+
+/// What a job may choose its GPUs from, beside reservations' windows: the occupancy itself, or
+/// a copy with GPUs withheld. A job outside every reservation that would hold its GPUs until a
+/// time is kept from the windows that begin before then: with the windows in order of start,
+/// the first `k`, so one copy serves every job with the same `k`. A job in a window sees only
+/// its window's GPUs. Copies are made when first asked for and dropped whenever the occupancy
+/// changes.
+struct Views<'w> {
+    /// The windows not over yet, by start.
+    windows: Vec<&'w Window>,
+    now: Millis,
+    outside: HashMap<usize, Occupancy>,
+    inside: HashMap<usize, Occupancy>,
+}
+
+impl<'w> Views<'w> {
+    fn new(windows: &'w [Window], now: Millis) -> Self {
+        let mut windows: Vec<&Window> = windows.iter().filter(|w| !w.is_over(now)).collect();
+        windows.sort_by_key(|w| (w.start, w.id));
+        Views {
+            windows,
+            now,
+            outside: HashMap::new(),
+            inside: HashMap::new(),
+        }
+    }
+
+    fn as_holders(&self) -> Vec<RunningJob> {
+        self.windows
+            .iter()
+            .map(|w| RunningJob {
+                id: JobId(0),
+                gpus: w.gpus.clone(),
+                request: ResourceRequest::whole(w.gpus.len() as u32),
+                ends_by: Some(w.end),
+            })
+            .collect()
+    }
+
+    /// How many windows (the first, by start) a job holding GPUs until `ends_by` is in the way
+    /// of.
+    fn in_the_way(&self, ends_by: Option<Millis>) -> usize {
+        self.windows
+            .iter()
+            .take_while(|w| w.is_in_the_way(self.now, ends_by))
+            .count()
+    }
+
+    /// Of the first `k` windows, one whose GPUs a job would need: the first to begin.
+    fn first_in_the_way(&self, k: usize) -> Option<&'w Window> {
+        self.windows.first().filter(|_| k > 0).copied()
+    }
+
+    /// Every window's GPUs: what a job without a known end may not take.
+    fn kept_from_all(&self) -> Vec<u32> {
+        let mut gpus: Vec<u32> = self
+            .windows
+            .iter()
+            .flat_map(|w| w.gpus.iter().copied())
+            .collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        gpus
+    }
+
+    /// Window `id`, with its place among the windows.
+    fn window(&self, id: u64) -> Option<(usize, &'w Window)> {
+        self.windows
+            .iter()
+            .position(|w| w.id == id)
+            .map(|at| (at, self.windows[at]))
+    }
+
+    fn outside<'a>(&'a mut self, occupancy: &'a Occupancy, k: usize) -> &'a Occupancy {
+        if k == 0 {
+            return occupancy;
+        }
+        let windows = &self.windows;
+        self.outside.entry(k).or_insert_with(|| {
+            let mut view = occupancy.clone();
+            for w in &windows[..k] {
+                view.withhold(&w.gpus);
+            }
+            view
+        })
+    }
+
+    fn inside<'a>(&'a mut self, occupancy: &'a Occupancy, at: usize) -> &'a Occupancy {
+        let w = self.windows[at];
+        self.inside.entry(at).or_insert_with(|| {
+            let mut view = occupancy.clone();
+            let others: Vec<u32> = occupancy
+                .gpus()
+                .iter()
+                .map(|g| g.index)
+                .filter(|g| !w.gpus.contains(g))
+                .collect();
+            view.withhold(&others);
+            view
+        })
+    }
+
+    /// The next moment after now a window begins or ends.
+    fn next_change(&self) -> Option<Millis> {
+        self.windows
+            .iter()
+            .flat_map(|w| [w.start, w.end])
+            .filter(|&t| t > self.now)
+            .min()
+    }
+
+    /// The occupancy changed: every copy is stale.
+    fn clear(&mut self) {
+        self.outside.clear();
+        self.inside.clear();
+    }
 }
 
 /// An atomic workflow's turn: admitted whole if all its jobs fit now (and, behind a
@@ -473,8 +845,8 @@ fn admit_gang(
     now: Millis,
     options: PlanOptions,
     (limits, held): (&Limits, &mut HashMap<Account, Held>),
-    occupancy: &mut Occupancy,
-    holders: &mut Vec<RunningJob>,
+    (occupancy, kept): (&mut Occupancy, &[u32]),
+    (holders, window_holders): (&mut Vec<RunningJob>, &[RunningJob]),
     reservation: &mut Option<Reservation>,
     out: &mut Plan,
 ) {
@@ -519,8 +891,13 @@ fn admit_gang(
     }
     let placed = if reservation.is_some() && !options.backfill {
         None
-    } else {
+    } else if kept.is_empty() {
         occupancy.choose_all(&requests)
+    } else {
+        // Its jobs have no known end: no reservation's GPUs are theirs to take.
+        let mut view = occupancy.clone();
+        view.withhold(kept);
+        view.choose_all(&requests)
     };
     // Behind a reservation a gang may go only if it cannot delay it: its jobs have no known end,
     // so everything it takes must be spare at the reservation's time too.
@@ -538,7 +915,12 @@ fn admit_gang(
     let Some(placed) = placed else {
         let free = occupancy.free();
         let (reserved_at, reserved_in) = if reservation.is_none() {
-            let r = reserve(head.id, &requests, cluster, holders);
+            let r = reserve(
+                head.id,
+                &requests,
+                cluster,
+                &with_windows(holders, window_holders),
+            );
             let at = r.at;
             *reservation = Some(r);
             (at, at.map(|at| at - now))
@@ -583,6 +965,7 @@ fn admit_gang(
                 job: m.id,
                 gpus: g,
                 backfilled: false,
+                until: None,
             }),
             Deps::Waiting(on) => out.waiting.push((m.id, WaitReason::Dependency { on })),
             Deps::Failed(reason) => out.dependency_failed.push((m.id, reason)),
@@ -655,13 +1038,17 @@ pub fn earliest_start(
 /// and after its dependencies' predicted ends. `None` where a job (or what it waits for) has no
 /// time limit in the way, so no bound exists. Backfill can only make starts earlier. Only the
 /// first `limit` jobs in order are predicted (the cost grows with the square of the queue).
+/// Reservations' `windows` count as held until they end for jobs outside them; a job in one
+/// starts within it, on its GPUs, and ends by its end.
 pub fn predicted_starts(
     cluster: &Occupancy,
     running: &[RunningJob],
     pending: &[PendingJob],
     now: Millis,
     limit: usize,
+    windows: &[Window],
 ) -> HashMap<JobId, Option<Millis>> {
+    let kept = Views::new(windows, now).as_holders();
     let mut holders: Vec<RunningJob> = running.to_vec();
     for job in pending {
         if let Some(g) = &job.reserved {
@@ -695,27 +1082,53 @@ pub fn predicted_starts(
                 };
             }
         }
+        // A job in a reservation: within its window, on its GPUs; outside: beside the windows.
+        let window = job.window.map(|id| windows.iter().find(|w| w.id == id));
+        let (after, others, until) = match window {
+            None => (after, kept.as_slice(), None),
+            Some(None) => (None, &[][..], None),
+            Some(Some(w)) => (after.map(|a| a.max(w.start)), &[][..], Some(w)),
+        };
         let start = after.and_then(|after| {
             // The moment it fits, among the moments holders end (or `after` itself).
             let mut moments: Vec<Millis> = holders
                 .iter()
+                .chain(others)
                 .filter_map(|h| h.ends_by)
                 .filter(|&e| e > after)
                 .collect();
             moments.push(after);
             moments.sort_unstable();
             moments.dedup();
-            moments.into_iter().find_map(|at| {
-                let held = occupancy_of(
-                    cluster,
-                    holders.iter().filter(|h| outlasts(h.ends_by, Some(at))),
-                );
-                held.choose(&job.request).map(|g| (at, g))
-            })
+            moments
+                .into_iter()
+                .take_while(|&at| until.is_none_or(|w| at < w.end))
+                .find_map(|at| {
+                    let mut held = occupancy_of(
+                        cluster,
+                        holders
+                            .iter()
+                            .chain(others)
+                            .filter(|h| outlasts(h.ends_by, Some(at))),
+                    );
+                    if let Some(w) = until {
+                        let outside: Vec<u32> = cluster
+                            .gpus()
+                            .iter()
+                            .map(|g| g.index)
+                            .filter(|g| !w.gpus.contains(g))
+                            .collect();
+                        held.withhold(&outside);
+                    }
+                    held.choose(&job.request).map(|g| (at, g))
+                })
         });
         let (start, end) = match start {
             Some((at, chosen)) => {
-                let end = job.time_limit.map(|l| at.saturating_add(l));
+                let end = match (job.time_limit.map(|l| at.saturating_add(l)), until) {
+                    (end, None) => end,
+                    (end, Some(w)) => Some(end.map_or(w.end, |e| e.min(w.end))),
+                };
                 holders.push(RunningJob {
                     id: job.id,
                     gpus: chosen,
@@ -786,7 +1199,10 @@ fn fits_beside_reservation(
         return true;
     }
     let mut then = r.held_then.clone();
-    then.hold(chosen, request).is_ok() && then.choose_all(&r.requests).is_some()
+    // `occupy`: a GPU of a reservation that is on then is held already (and not the job's to
+    // take after it).
+    then.occupy(chosen, request);
+    then.choose_all(&r.requests).is_some()
 }
 
 #[cfg(test)]
@@ -1482,7 +1898,8 @@ mod tests {
             vec![Start {
                 job: JobId(5),
                 gpus: vec![1],
-                backfilled: false
+                backfilled: false,
+                until: None,
             }]
         );
         states.insert(JobId(1), JobState::Succeeded);
@@ -1492,7 +1909,8 @@ mod tests {
             vec![Start {
                 job: JobId(2),
                 gpus: vec![2, 3],
-                backfilled: false
+                backfilled: false,
+                until: None,
             }]
         );
     }
@@ -1612,6 +2030,7 @@ mod tests {
             &[first, second, after_first, unbounded, last],
             0,
             100,
+            &[],
         );
         assert_eq!(p[&JobId(1)], Some(0), "fits now on GPU 1");
         assert_eq!(p[&JobId(2)], Some(5 * MIN), "after job 1 frees GPU 1");

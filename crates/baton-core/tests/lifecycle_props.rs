@@ -71,6 +71,7 @@ fn transition(job: &Job, step: &Step, n: u8, free: &[u32], now: i64) -> Option<T
         cancel_requested_by: cancel_by,
         stop_reason: None,
         time_limit: Some(1_000),
+        limit_from_reservation: None,
         attempt: job.life.attempt,
         retries: job.retries,
     };

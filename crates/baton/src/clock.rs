@@ -70,6 +70,26 @@ pub fn period_bounds(at: Millis, period: baton_core::limits::Period) -> (Millis,
     (start as Millis * 1000, end as Millis * 1000, when)
 }
 
+/// `at` in this machine's local time, to the minute, for people: `Wed 2026-12-09 09:00`.
+pub fn local_minute(at: Millis) -> String {
+    const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+    let t = at.div_euclid(1000) as libc::time_t;
+    // SAFETY: localtime_r fills the zeroed tm it is given.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return format!("{at} ms");
+    }
+    format!(
+        "{} {:04}-{:02}-{:02} {:02}:{:02}",
+        DAYS[tm.tm_wday.rem_euclid(7) as usize],
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +110,16 @@ mod tests {
         assert!(when.starts_with("Monday "), "{when}");
         // Six to eight days (a daylight saving change moves it by an hour).
         assert!((end - start - 7 * 86_400_000).abs() <= 3_600_000);
+    }
+
+    #[test]
+    fn a_moment_reads_to_the_minute_with_its_weekday() {
+        let text = local_minute(1_797_000_000_000);
+        let (day, rest) = text.split_once(' ').unwrap();
+        assert!(
+            ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"].contains(&day),
+            "{text}"
+        );
+        assert_eq!(rest.len(), "2026-12-09 09:00".len(), "{text}");
     }
 }

@@ -286,6 +286,10 @@ pub struct LimitSettings {
     /// What a used-up budget does: `queue` (the user's jobs wait for the next period, saying
     /// so) or `refuse` (submissions are refused until then; running jobs run on).
     pub budget_mode: BudgetMode,
+    /// The GPU-hours a user who is neither root nor an admin may keep in reservations of their
+    /// own (`baton reserve`), all their standing ones together. None by default: only root
+    /// and the admins reserve.
+    pub max_reserved_gpu_hours_per_user: Option<GpuHours>,
     /// `[limits.users.NAME]`: one user's own caps, over the ones above.
     pub users: std::collections::BTreeMap<String, UserCaps>,
     /// `[limits.groups.NAME]`: the caps of a group's members, over the ones above (a user's own
@@ -445,6 +449,7 @@ impl Default for LimitSettings {
             gpu_hours_per_user: None,
             budget_period: Default::default(),
             budget_mode: Default::default(),
+            max_reserved_gpu_hours_per_user: None,
             users: Default::default(),
             groups: Default::default(),
         }

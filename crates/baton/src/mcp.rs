@@ -153,6 +153,10 @@ struct SubmitJobArgs {
     /// Queue it held: it starts only after `baton release ID`.
     #[serde(default)]
     hold: bool,
+    /// Run it in this reservation (the `reservations` tool lists them): it waits for the
+    /// window, runs on the reservation's GPUs and is stopped at the window's end.
+    #[serde(default)]
+    reservation: Option<String>,
     /// Wall-clock limit, e.g. "90m", "2h". Strongly recommended: it lets baton predict starts
     /// and backfill, and ends a stuck run.
     #[serde(default)]
@@ -951,6 +955,42 @@ impl BatonTools {
             Err(e) => client_error(e),
         })
     }
+
+    #[tool(
+        description = "The GPU reservations on this server: each one's GPUs, window (start and \
+        end), the users it is for, and its jobs. Submit with submit_job's `reservation` to run \
+        in one you are among the users of; outside one, a job may use its GPUs only if its \
+        time_limit ends before the window starts.",
+        input_schema = input_schema::<NoArgs>()
+    )]
+    async fn reservations(&self, args: JsonObject) -> Result<CallToolResult, ErrorData> {
+        if let Err(e) = parse::<NoArgs>("reservations", args) {
+            return Ok(error(e));
+        }
+        Ok(match self.call(|c| c.reservations(false)).await {
+            Ok(rows) => {
+                let mut text = String::new();
+                for r in &rows {
+                    text.push_str(&format!(
+                        "{} ({}): GPU {} from {} to {}, for {}; {} queued, {} running\n",
+                        r.name,
+                        r.state,
+                        baton_core::windows::GpuList(&r.gpus),
+                        r.start,
+                        r.end,
+                        r.users.join(", "),
+                        r.queued,
+                        r.running
+                    ));
+                }
+                if rows.is_empty() {
+                    text.push_str("no reservations: every GPU is open to every job\n");
+                }
+                done(text, json!({ "reservations": rows }))
+            }
+            Err(e) => client_error(e),
+        })
+    }
 }
 
 /// What a wait that timed out says about the jobs still running: true for each job's channels
@@ -1142,6 +1182,7 @@ impl BatonTools {
             None => self.cwd.clone(),
         };
         let job = Job {
+            reservation: args.reservation,
             command: args.command,
             name: args.name,
             gpus: args.gpus.unwrap_or(0),

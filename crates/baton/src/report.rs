@@ -134,7 +134,7 @@ pub fn build(
         submitted_at: job.submitted_at,
         started_at: job.started_at(),
         ended_at: job.ended_at().unwrap_or(job.submitted_at),
-        time_limit: job.time_limit,
+        time_limit: job.attempt_time_limit(),
         oom_killed: attempt > 0 && record.oom_killed(attempt),
         memory_exceeded: attempt > 0
             && record

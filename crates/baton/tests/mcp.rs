@@ -78,6 +78,7 @@ fn an_mcp_client_submits_waits_reads_the_report_and_gets_clear_errors() {
         "wait_for_jobs",
         "gpu_status",
         "usage",
+        "reservations",
         "submit_sweep",
         "sweep_status",
     ] {

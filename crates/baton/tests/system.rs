@@ -1128,3 +1128,131 @@ fn a_users_spent_gpu_hour_budget_holds_back_only_their_gpu_jobs() {
     assert!(row(&bob.name).get("budget").is_none(), "{usage}");
     as_user(&b, &alice, &["cancel", &a2.to_string()]).expect(0);
 }
+
+/// Issue 19: a reservation root made for alice is hers: bob's jobs may not run in it, and his
+/// job without a time limit may not take its GPU; alice's runs on it. Bob reserves for himself
+/// only, within `[limits] max_reserved_gpu_hours_per_user`, and cancels only his own.
+#[test]
+fn a_reservation_is_for_its_users_and_users_reserve_only_within_their_allowance() {
+    let Some(Shared { b, alice, bob }) =
+        shared_daemon("x", "[limits]\nmax_reserved_gpu_hours_per_user = 1\n")
+    else {
+        return;
+    };
+    let made = b
+        .run(&[
+            "reserve",
+            "--gpus",
+            "1",
+            "--duration",
+            "1h",
+            "--user",
+            &alice.name,
+            "--name",
+            "al",
+        ])
+        .expect(0);
+    assert_eq!(made.stdout.trim(), "al", "{made:?}");
+    let rows = b.run(&["reservations", "--json"]).expect(0).json();
+    let kept = rows[0]["gpus"][0].as_u64().unwrap();
+
+    let work = b.work.to_string_lossy().into_owned();
+    let out = as_user(
+        &b,
+        &bob,
+        &[
+            "submit",
+            "--cwd",
+            &work,
+            "--gpus",
+            "1",
+            "--reservation",
+            "al",
+            "--",
+            "true",
+        ],
+    );
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains(&format!(
+            "--reservation al is for {}, not for {}",
+            alice.name, bob.name
+        )),
+        "{out:?}"
+    );
+    // Bob's job without a time limit would run into alice's window: it waits.
+    let both = submit_as_with(&b, &bob, &["--gpus", "2"], "true");
+    let reason = b.wait_reason(both);
+    assert!(
+        reason.starts_with("reserved:") && reason.contains("kept for reservation al"),
+        "{reason}"
+    );
+    let mine = submit_as_with(
+        &b,
+        &alice,
+        &["--gpus", "1", "--reservation", "al"],
+        "echo \"gpus=$CUDA_VISIBLE_DEVICES\"; sleep 60",
+    );
+    let job = b.wait_running(mine);
+    assert_eq!(job["gpus"][0].as_u64(), Some(kept), "{job}");
+
+    let refused = |user: &TestUser, args: &[&str], needle: &str| {
+        let out = as_user(&b, user, args);
+        assert_ne!(out.code, 0, "{args:?}: {out:?}");
+        assert!(out.stderr.contains(needle), "{args:?}: {out:?}");
+    };
+    refused(
+        &bob,
+        &[
+            "reserve",
+            "--gpus",
+            "1",
+            "--duration",
+            "1h",
+            "--user",
+            &alice.name,
+        ],
+        "may reserve GPUs for themselves only",
+    );
+    refused(
+        &bob,
+        &[
+            "reserve",
+            "--gpus",
+            "1",
+            "--start",
+            "now+2h",
+            "--duration",
+            "2h",
+        ],
+        "max_reserved_gpu_hours_per_user",
+    );
+    let bobs = as_user(
+        &b,
+        &bob,
+        &[
+            "reserve",
+            "--gpus",
+            "1",
+            "--start",
+            "now+2h",
+            "--duration",
+            "30m",
+        ],
+    )
+    .expect(0)
+    .stdout
+    .trim()
+    .to_string();
+    refused(
+        &alice,
+        &["reserve", "--cancel", &bobs],
+        &format!("was made by {}", bob.name),
+    );
+    as_user(&b, &bob, &["reserve", "--cancel", &bobs]).expect(0);
+    // Cancelling alice's reservation frees its GPU; her running job runs on.
+    b.run(&["reserve", "--cancel", "al"]).expect(0);
+    assert_eq!(b.state(mine), "running");
+    as_user(&b, &bob, &["cancel", &both.to_string()]).expect(0);
+    as_user(&b, &alice, &["cancel", &mine.to_string()]).expect(0);
+}

@@ -31,6 +31,9 @@ pub struct JobFacts<'a> {
     /// Why baton stopped it (`Transition::RequestStop`): the cancel then ends it as failed.
     pub stop_reason: Option<&'a str>,
     pub time_limit: Option<Millis>,
+    /// The reservation whose window's end is this attempt's limit (it came before the job's
+    /// own time limit, or the job has none).
+    pub limit_from_reservation: Option<&'a str>,
     /// Attempts started so far, this one included.
     pub attempt: u32,
     pub retries: u32,
@@ -50,6 +53,13 @@ pub fn attempt_ending(job: JobFacts<'_>, exit: Option<&AttemptExit>, now: Millis
         (Outcome::Failed, why.to_string())
     } else if let Some(by) = cancelled_by {
         (Outcome::Cancelled, format!("cancelled by {by}"))
+    } else if exit.timed_out
+        && let Some(name) = job.limit_from_reservation
+    {
+        (
+            Outcome::Timeout,
+            format!("its reservation {name} ended: a job in a reservation ends with its window"),
+        )
     } else if exit.timed_out {
         let limit = job.time_limit.map(format_duration).unwrap_or_default();
         (Outcome::Timeout, format!("time limit of {limit} reached"))

@@ -6,6 +6,7 @@ fn facts(attempt: u32, retries: u32) -> JobFacts<'static> {
         cancel_requested_by: None,
         stop_reason: None,
         time_limit: Some(60_000),
+        limit_from_reservation: None,
         attempt,
         retries,
     }
@@ -257,6 +258,22 @@ fn exits_end_attempts_as_the_supervisor_says() {
     assert_eq!(
         (e.outcome, e.reason.as_deref()),
         (Outcome::Timeout, Some("time limit of 1m00s reached"))
+    );
+    // The window's end came first: the reason says so.
+    let e = attempt_ending(
+        JobFacts {
+            limit_from_reservation: Some("deadline"),
+            ..facts(1, 0)
+        },
+        Some(&exit(None, Some(15), |e| e.timed_out = true)),
+        9,
+    );
+    assert_eq!(
+        (e.outcome, e.reason.as_deref()),
+        (
+            Outcome::Timeout,
+            Some("its reservation deadline ended: a job in a reservation ends with its window")
+        )
     );
     let e = attempt_ending(
         facts(1, 0),

@@ -753,6 +753,33 @@ impl Client {
         self.get("/usage")
     }
 
+    /// Makes a reservation (`baton reserve`).
+    pub fn reserve(
+        &self,
+        req: &crate::api::ReserveRequest,
+    ) -> Result<crate::api::ReserveResponse, ClientError> {
+        self.post("/reservations", req)
+    }
+
+    /// The standing reservations, or (`all`) those of the last week too.
+    pub fn reservations(&self, all: bool) -> Result<Vec<crate::api::ReservationView>, ClientError> {
+        self.get(if all {
+            "/reservations?all=true"
+        } else {
+            "/reservations"
+        })
+    }
+
+    pub fn cancel_reservation(
+        &self,
+        name: &str,
+    ) -> Result<crate::api::ReservationView, ClientError> {
+        self.post(
+            &format!("/reservations/{}/cancel", percent_encode(name)),
+            &serde_json::json!({}),
+        )
+    }
+
     /// Waste decisions of the last `since_ms` (all kept, if `None`).
     pub fn audit(&self, since_ms: Option<i64>) -> Result<Vec<AuditView>, ClientError> {
         self.get(&since_target("/audit", since_ms))

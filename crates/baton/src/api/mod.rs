@@ -71,6 +71,9 @@ pub struct SubmitRequest {
     /// Queue it held: it starts only after `baton release`.
     #[serde(default)]
     pub hold: bool,
+    /// Run it in this reservation (`--reservation NAME`): within its window, on its GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
     /// Absolute path of a file the job reads as its stdin (else /dev/null).
     #[serde(default)]
     pub stdin: Option<String>,
@@ -137,6 +140,7 @@ impl std::fmt::Debug for SubmitRequest {
             singleton,
             begin_at_ms,
             hold,
+            reservation,
             stdin,
             stop_on,
             wake_on,
@@ -168,6 +172,7 @@ impl std::fmt::Debug for SubmitRequest {
             .field("singleton", singleton)
             .field("begin_at_ms", begin_at_ms)
             .field("hold", hold)
+            .field("reservation", reservation)
             .field("stdin", stdin)
             .field("stop_on", stop_on)
             .field("wake_on", wake_on)
@@ -308,6 +313,9 @@ pub struct JobView {
     /// It starts no earlier than this (RFC 3339; `--begin`).
     #[serde(default)]
     pub begin_at: Option<String>,
+    /// The reservation it runs in (`--reservation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
     /// The file it reads as stdin (`--stdin`); null: /dev/null.
     #[serde(default)]
     pub stdin: Option<String>,
@@ -1120,6 +1128,59 @@ pub struct UsageRow {
     /// Their GPU-hours this period against their budget (`[limits] gpu_hours_per_user`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<baton_core::limits::BudgetUse>,
+}
+
+/// `POST /v1/reservations`: keep GPUs for some users for a window of time (`baton reserve`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveRequest {
+    /// What `--reservation NAME` will name; `None`: `resv-ID`.
+    #[serde(default)]
+    pub name: Option<String>,
+    pub gpus: u32,
+    /// The window, in ms since the epoch (the client reads `--start` and `--duration`).
+    pub start_ms: i64,
+    pub end_ms: i64,
+    /// The users whose jobs may run in it; empty: the caller.
+    #[serde(default)]
+    pub users: Vec<String>,
+}
+
+/// A reservation (`baton reservations --json`; what `POST /v1/reservations` made).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReservationView {
+    pub id: u64,
+    pub name: String,
+    /// The GPUs it keeps.
+    pub gpus: Vec<u32>,
+    /// RFC 3339, and the same in ms since the epoch.
+    pub start: String,
+    pub end: String,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub users: Vec<String>,
+    pub created_by: String,
+    /// `upcoming`, `active`, `ended` or `cancelled`.
+    pub state: String,
+    /// Its jobs queued and running now.
+    pub queued: u32,
+    pub running: u32,
+}
+
+/// What `POST /v1/reservations` answers: the reservation, and what may keep it from having
+/// all its GPUs at its start (running jobs that may still hold them then).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReserveResponse {
+    pub reservation: ReservationView,
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+/// `GET /v1/reservations?all=true`: ended and cancelled ones too (of the last week).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ReservationsQuery {
+    #[serde(default)]
+    pub all: bool,
 }
 
 /// `GET /v1/audit?since_ms=MS` and `GET /v1/stats?since_ms=MS`: how far back to look (a

@@ -19,6 +19,8 @@ mod logs;
 mod overrides;
 mod report;
 mod requeue;
+mod reservations;
+mod reserve;
 mod resubmit;
 mod serve;
 mod shutdown;
@@ -116,6 +118,12 @@ pub enum Command {
     /// Where each user stands against the daemon's `[limits]`: GPUs, CPUs and memory held now,
     /// jobs running and queued, each beside its cap.
     Usage,
+    /// Keep GPUs for some users for a window of time: `baton reserve --gpus 4 --start 'tomorrow
+    /// 09:00' --duration 6h --user alice --name deadline`; jobs submitted with `--reservation
+    /// deadline` run in it. `--cancel NAME` gives it back.
+    Reserve(reserve::Args),
+    /// List the reservations: their GPUs, window, users and jobs (`--all`: the last week's too).
+    Reservations(reservations::Args),
     /// Which daemon answers (its pid, state directory, socket), its GPUs and how it contains jobs.
     Info,
     /// Stop the daemon (as SIGTERM would); running jobs keep running.
@@ -222,6 +230,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Events(args) => events::run(args, json),
         Command::Gpus => gpus::run(json),
         Command::Usage => usage::run(json),
+        Command::Reserve(args) => reserve::run(args, json),
+        Command::Reservations(args) => reservations::run(args, json),
         Command::Info => info::run(json),
         Command::Shutdown => shutdown::run(json),
         Command::Dashboard(args) => dashboard::run(args, json),

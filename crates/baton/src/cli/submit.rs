@@ -55,6 +55,10 @@ pub struct Args {
     /// Queue it held: it does not start until `baton release ID`.
     #[arg(long)]
     hold: bool,
+    /// Run it in reservation NAME (`baton reservations` lists them): it waits for the window,
+    /// runs on the reservation's GPUs and is stopped at the window's end, as by a time limit.
+    #[arg(long, value_name = "NAME")]
+    reservation: Option<String>,
     /// A variable for the job, on top of this shell's environment (repeatable).
     #[arg(long = "env", value_parser = parse_env, value_name = "KEY=VALUE")]
     env: Vec<(String, String)>,
@@ -207,6 +211,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<()> {
             None => None,
         },
         hold: args.hold,
+        reservation: args.reservation.clone(),
         stdin: args.stdin.clone(),
         stop_on: args.stop_on.clone(),
         wake_on: args.wake_on,

@@ -198,6 +198,7 @@ fn sweep_request(
         None => dir.to_path_buf(),
     };
     let job = request::Job {
+        reservation: None,
         command: spec.command,
         name: spec.name,
         gpus: spec.gpus,

@@ -15,6 +15,7 @@ pub(crate) mod midrun;
 mod monitor;
 mod outbox;
 mod place;
+pub(crate) mod reservations;
 mod retention;
 mod server;
 mod sweeps;
@@ -221,6 +222,8 @@ pub(crate) struct Inner {
     unrecorded: durable::Unrecorded,
     /// What the comparison needs of the runs of active sweeps that have ended.
     sweep_runs: sweeps::SweepRuns,
+    /// Reservations that stand or ended in the last week (`baton reserve`), by start.
+    pub(crate) reservations: Vec<crate::store::ReservationRecord>,
 }
 
 /// How far back ended jobs count for fair share (seven half-lives: what is older weighs < 1%).
@@ -276,6 +279,7 @@ impl Daemon {
             HashSet::new()
         };
         let ended_jobs = store.count_ended(&Default::default())?.into();
+        let reservations = store.reservations_ending_after(now_ms() - reservations::KEPT_MS)?;
         let jobs = JobTable::load(store)?;
         let gpu_info = probe.gpus();
         let gpus = gpu_info
@@ -310,6 +314,7 @@ impl Daemon {
                 monitor: monitor_state,
                 unrecorded: Default::default(),
                 sweep_runs: Default::default(),
+                reservations,
             }),
             wake: Notify::new(),
             pass_due: std::sync::atomic::AtomicBool::new(true),
@@ -890,10 +895,7 @@ pub(crate) fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<Scheduling
                 id: job.id,
                 gpus: job.gpus().to_vec(),
                 request: job.request,
-                ends_by: job
-                    .time_limit
-                    .zip(job.started_at())
-                    .map(|(limit, start)| start.saturating_add(limit)),
+                ends_by: job.ends_by(),
             }),
             // A queued job whose end waits to be recorded is not planned again, nor is a held
             // one (its recorded reason says it is held).
@@ -919,6 +921,7 @@ pub(crate) fn scheduling_input(inner: &Inner, gpus: &[Gpu]) -> Result<Scheduling
                         critical_path: job.critical_path,
                         not_before: job.not_before(),
                         begin: job.begin_at,
+                        window: job.reservation.as_ref().map(|r| r.id),
                         throttle: job.sweep.as_ref().and_then(|run| {
                             let sweep = inner.jobs.sweep(run.id)?;
                             Some(baton_core::Throttle {

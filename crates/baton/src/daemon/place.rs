@@ -56,7 +56,8 @@ impl Daemon {
                 return (Vec::new(), None);
             }
             let limits = self.limits_for(&inner);
-            let plan = baton_core::scheduler::plan_limited(
+            let windows = self.windows(&inner, now);
+            let plan = baton_core::scheduler::plan_with_reservations(
                 &self.machine,
                 &running,
                 &pending,
@@ -64,6 +65,7 @@ impl Daemon {
                 now,
                 Default::default(),
                 &limits,
+                &windows,
             );
             next_wakeup = plan.next_wakeup;
 
@@ -91,6 +93,11 @@ impl Daemon {
 
             for (id, reason) in &plan.dependency_failed {
                 self.finish(&mut inner, *id, Ending::failed(reason.clone(), now));
+                cascade = true;
+            }
+            for id in &plan.reservation_gone {
+                let reason = self.reservation_gone_reason(&inner, *id);
+                self.finish(&mut inner, *id, Ending::failed(reason, now));
                 cascade = true;
             }
             let starts: Vec<(JobId, Vec<u32>)> = plan

@@ -75,6 +75,7 @@ pub fn job_view(job: &JobRecord) -> JobView {
         after_failed: deps(DepKind::Failure),
         held_by: job.held_by().map(str::to_string),
         begin_at: job.begin_at.map(rfc3339),
+        reservation: job.reservation.as_ref().map(|r| r.name.clone()),
         stdin: job.stdin.clone(),
         tags: job.tags.clone(),
         notify: job.notify.iter().map(|c| c.public_spec()).collect(),

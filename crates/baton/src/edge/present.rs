@@ -483,6 +483,12 @@ pub fn standing(job: &JobView) -> String {
     if let Some(at) = job.begin_at.as_deref().filter(|at| !starts_now(at)) {
         return format!("it starts no earlier than {at} (--begin)");
     }
+    if let Some(name) = &job.reservation {
+        return format!(
+            "it runs in reservation {name}, on its GPUs within its window, and is stopped at its \
+             end (`baton reservations` shows when)"
+        );
+    }
     match (job.queue_position, &job.predicted_start) {
         (Some(0), Some(at)) if starts_now(at) => "it starts now".to_string(),
         (Some(0), Some(at)) => format!(
@@ -522,6 +528,9 @@ pub fn standing(job: &JobView) -> String {
 pub fn standing_brief(job: &JobView) -> String {
     if job.held_by.is_some() {
         return "held".to_string();
+    }
+    if let Some(name) = &job.reservation {
+        return format!("in reservation {name}");
     }
     match job.queue_position {
         Some(0) => "next in line".to_string(),

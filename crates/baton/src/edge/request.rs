@@ -40,6 +40,8 @@ pub struct Job {
     pub singleton: bool,
     pub begin_at_ms: Option<i64>,
     pub hold: bool,
+    /// The reservation to run in (`--reservation NAME`).
+    pub reservation: Option<String>,
     /// A file the job reads as stdin, as the caller gave it (made absolute here).
     pub stdin: Option<PathBuf>,
     /// Mid-run detectors that end it as failed (`--stop-on`).
@@ -85,6 +87,7 @@ pub fn submit_request(job: Job, context: AgentContext) -> Result<SubmitRequest, 
         singleton: job.singleton,
         begin_at_ms: job.begin_at_ms,
         hold: job.hold,
+        reservation: job.reservation,
         stdin: match &job.stdin {
             Some(path) => Some(stdin_file(path)?.display().to_string()),
             None => None,

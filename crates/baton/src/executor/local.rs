@@ -181,7 +181,7 @@ impl LocalBackend {
             cwd: job.cwd.clone(),
             env: env.into_iter().collect(),
             run_as,
-            time_limit_ms: job.time_limit,
+            time_limit_ms: job.attempt_time_limit(),
             grace_ms: host.grace_ms(),
             umask: job.umask,
             cgroup: cgroup.map(|dir| dir.display().to_string()),

@@ -61,6 +61,8 @@ pub struct JobRecord {
     pub sweep: Option<SweepRun>,
     /// The parameters it runs with: a sweep's run's, or a workflow matrix task's.
     pub params: baton_core::sweep::Params,
+    /// The reservation it runs in (`--reservation`).
+    pub reservation: Option<InReservation>,
     /// Its status and attempts: private, so that only the store (from a transition) makes it.
     life: Life,
 }
@@ -95,6 +97,16 @@ pub struct NewJob {
     pub held_by: Option<String>,
     pub sweep: Option<SweepRun>,
     pub params: baton_core::sweep::Params,
+    pub reservation: Option<InReservation>,
+}
+
+/// The reservation a job runs in (`--reservation NAME`), as it was when the job was submitted:
+/// the job starts within its window, on its GPUs, and must end by its end.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InReservation {
+    pub id: u64,
+    pub name: String,
+    pub end: Millis,
 }
 
 /// A job's place in its sweep: the sweep and its index (the array index; for a sweep its
@@ -137,6 +149,7 @@ impl std::fmt::Debug for JobRecord {
             wake,
             sweep,
             params,
+            reservation,
             life,
         } = self;
         f.debug_struct("JobRecord")
@@ -167,6 +180,7 @@ impl std::fmt::Debug for JobRecord {
             .field("wake", wake)
             .field("sweep", sweep)
             .field("params", params)
+            .field("reservation", reservation)
             .field("life", life)
             .finish()
     }
@@ -201,6 +215,7 @@ impl std::fmt::Debug for NewJob {
             held_by,
             sweep,
             params,
+            reservation,
         } = self;
         f.debug_struct("NewJob")
             .field("name", name)
@@ -229,6 +244,7 @@ impl std::fmt::Debug for NewJob {
             .field("held_by", held_by)
             .field("sweep", sweep)
             .field("params", params)
+            .field("reservation", reservation)
             .finish()
     }
 }
@@ -300,6 +316,7 @@ impl JobRecord {
             wake,
             sweep,
             params,
+            reservation,
             life,
         } = self;
         JobRecord {
@@ -330,8 +347,26 @@ impl JobRecord {
             wake: wake.clone(),
             sweep: *sweep,
             params: params.clone(),
+            reservation: reservation.clone(),
             life: life.clone(),
         }
+    }
+
+    /// Its time limit for an attempt that starts at `start`: its own, or less where its
+    /// reservation's window ends first (a job in a reservation ends by its end).
+    pub fn time_limit_from(&self, start: Millis) -> Option<Millis> {
+        let window = self.reservation.as_ref().map(|r| (r.end - start).max(0));
+        match (self.time_limit, window) {
+            (Some(own), Some(window)) => Some(own.min(window)),
+            (own, window) => own.or(window),
+        }
+    }
+
+    /// While it runs: when its attempt ends at the latest, by its time limit (`None`: no limit).
+    pub fn ends_by(&self) -> Option<Millis> {
+        let start = self.started_at()?;
+        self.time_limit_from(start)
+            .map(|limit| start.saturating_add(limit))
     }
 
     /// Takes the life the store committed for this job.
@@ -347,10 +382,21 @@ impl JobRecord {
                 Status::Running(r) => r.stop_reason.as_deref(),
                 _ => None,
             },
-            time_limit: self.time_limit,
+            time_limit: self.attempt_time_limit(),
+            limit_from_reservation: self
+                .reservation
+                .as_ref()
+                .filter(|_| self.attempt_time_limit() != self.time_limit)
+                .map(|r| r.name.as_str()),
             attempt: self.attempt(),
             retries: self.retries,
         }
+    }
+
+    /// The time limit of its last attempt: its own, or less where its reservation ended first.
+    pub fn attempt_time_limit(&self) -> Option<Millis> {
+        self.started_at()
+            .map_or(self.time_limit, |start| self.time_limit_from(start))
     }
 
     /// Whether it ended after its last attempt ran for at least `ms`.
@@ -539,6 +585,7 @@ impl NewJob {
             held_by: None,
             sweep: None,
             params: Vec::new(),
+            reservation: None,
         }
     }
 }
@@ -595,6 +642,7 @@ columns!(
         stop_on,
         stop_reason,
         wake,
+        reservation,
     }
 );
 
@@ -1032,6 +1080,7 @@ pub(super) fn queued_record(id: JobId, job: NewJob) -> JobRecord {
         wake: job.wake,
         sweep: job.sweep,
         params: job.params,
+        reservation: job.reservation,
         life,
     }
 }
@@ -1044,9 +1093,9 @@ pub(super) fn insert_job(
         "INSERT INTO jobs (name, state, command, cwd, env, owner_uid, owner, priority, \
          gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus, umask, \
          notify, session, workflow_id, task, critical_path_ms, cpus, mem, begin_at, stdin, held_by, \
-         reason, sweep_id, sweep_index, params, stop_on, wake) \
+         reason, sweep_id, sweep_index, params, stop_on, wake, reservation) \
          VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]', ?15, ?16, ?17, \
-         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)",
+         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
     )?
     .execute(params![
         default_name(job),
@@ -1080,6 +1129,7 @@ pub(super) fn insert_job(
         (!job.params.is_empty()).then(|| json(&job.params)),
         stop_on_text(&job.stop_on),
         (!job.wake.is_empty()).then(|| json(&job.wake)),
+        job.reservation.as_ref().map(json),
     ])?;
     let id = tx.last_insert_rowid() as u64;
     log_event(tx, id, job.submitted_at, "submitted", &job.owner)?;
@@ -1233,6 +1283,12 @@ fn read_row(r: &Row<'_>, c: &JobColumns) -> rusqlite::Result<Result<JobRecord, S
             params: match r.get::<_, Option<String>>(c.params)? {
                 Some(t) => serde_json::from_str(&t).map_err(|e| corrupt(format!("params: {e}")))?,
                 None => Vec::new(),
+            },
+            reservation: match r.get::<_, Option<String>>(c.reservation)? {
+                Some(t) => Some(
+                    serde_json::from_str(&t).map_err(|e| corrupt(format!("reservation: {e}")))?,
+                ),
+                None => None,
             },
             life,
         })

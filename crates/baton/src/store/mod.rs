@@ -54,6 +54,7 @@ mod history;
 mod jobs;
 mod monitor;
 mod names;
+mod reservations;
 mod schema;
 mod sweeps;
 mod workflows;
@@ -66,9 +67,10 @@ pub(crate) use deliveries::{insert_deliveries, supersede_deliveries};
 pub use events::Event;
 pub(crate) use events::log_event;
 pub use history::{HeldRow, Readers, Removed};
-pub use jobs::{JobRecord, NewJob, SpecChange, default_name};
+pub use jobs::{InReservation, JobRecord, NewJob, SpecChange, default_name};
 pub use monitor::{AuditEntry, GpuMinuteSample, JobGpuSample, JobGpuUsage};
 pub use names::{NamedJob, is_glob};
+pub use reservations::{NewReservation, ReservationRecord};
 pub use rusqlite::Transaction;
 pub use sweeps::{NewSweep, OnFailure, SweepRecord};
 pub use workflows::{NewTask, NewWorkflow, WorkflowRecord};
@@ -244,6 +246,11 @@ mod tests {
             task: None,
             critical_path: 0,
             begin_at: Some(5_000),
+            reservation: Some(InReservation {
+                id: 2,
+                name: "deadline".into(),
+                end: 9_000,
+            }),
             stdin: Some("/tmp/input.txt".into()),
             stop_on: vec![baton_core::midrun::Detector::Nan],
             wake: baton_core::midrun::Milestones::parse(baton_core::midrun::AskedMilestones {

@@ -233,6 +233,21 @@ const MIGRATIONS: &[&str] = &[
         FROM jobs
         WHERE started_at IS NOT NULL AND ended_at IS NOT NULL AND ended_at >= started_at
           AND max(json_array_length(gpus), gpus_requested) > 0;",
+    // 19: reservations (`baton reserve`, issue 19): GPUs kept for some users for a window of
+    // time; and the reservation each job runs in (`--reservation`), as JSON.
+    "CREATE TABLE reservations (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        gpus TEXT NOT NULL,
+        start_at INTEGER NOT NULL,
+        end_at INTEGER NOT NULL,
+        users TEXT NOT NULL,
+        created_by TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        cancelled_at INTEGER,
+        cancelled_by TEXT
+    );
+    ALTER TABLE jobs ADD COLUMN reservation TEXT;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

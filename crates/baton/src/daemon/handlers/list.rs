@@ -196,6 +196,7 @@ impl Daemon {
         // When the running jobs whose progress this viewer may read expect to end (their ETA):
         // what refines the queue's outlook into an estimate.
         let now = now_ms();
+        let windows = self.windows(&inner, now);
         let etas: HashMap<JobId, Millis> = match &input {
             Some((running, _, _)) => running
                 .iter()
@@ -223,6 +224,7 @@ impl Daemon {
                 &pending,
                 now,
                 500,
+                &windows,
             );
             let expected = (!etas.is_empty()).then(|| {
                 let by_eta: Vec<RunningJob> = running
@@ -235,7 +237,14 @@ impl Daemon {
                         ..r.clone()
                     })
                     .collect();
-                baton_core::scheduler::predicted_starts(&self.machine, &by_eta, &pending, now, 500)
+                baton_core::scheduler::predicted_starts(
+                    &self.machine,
+                    &by_eta,
+                    &pending,
+                    now,
+                    500,
+                    &windows,
+                )
             });
             for i in active {
                 let bound = predicted.get(&jobs[i].id).copied().flatten();

@@ -16,6 +16,7 @@ mod metrics;
 mod names;
 pub(crate) mod report;
 pub(crate) mod requeue;
+mod reservations;
 mod resubmit;
 mod shutdown;
 mod signal;
@@ -63,6 +64,11 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/hook/delivered", post(hook::delivered))
         .route("/gpus", get(gpus::handle))
         .route("/usage", get(usage::handle))
+        .route(
+            "/reservations",
+            post(reservations::create).get(reservations::list),
+        )
+        .route("/reservations/{name}/cancel", post(reservations::cancel))
         .route("/audit", get(audit::handle))
         .route("/stats", get(stats::handle))
         .route("/slurm/poke", post(slurm::poke))

@@ -280,7 +280,15 @@ pub(super) fn validate(
         None => ApiError::BadRequest(e.to_string()),
     })?;
     daemon.check_priority(peer, req.priority, "--priority")?;
-    daemon.check_caps(peer.uid, req.context.session().as_deref(), &request)?;
+    // A reservation is what its users were given: the caps on what they hold do not apply in
+    // it, its own GPUs do.
+    let reservation = match &req.reservation {
+        Some(name) => Some(daemon.job_reservation(peer, name, &request)?),
+        None => {
+            daemon.check_caps(peer.uid, req.context.session().as_deref(), &request)?;
+            None
+        }
+    };
     let max_retries = daemon.config.retries.max;
     if req.retries > max_retries {
         return bad(format!(
@@ -342,6 +350,7 @@ pub(super) fn validate(
         env_and_channels(daemon, peer, req.env, &req.notify, &req.context, &req.cwd)?;
     let session = req.context.session();
     Ok(NewJob {
+        reservation,
         begin_at: req.begin_at_ms,
         stdin: req.stdin,
         stop_on,

@@ -145,6 +145,7 @@ pub async fn submit(
                 task_env.extend(task.env.clone());
                 let cwd = task_cwd(task, &req.base_dir);
                 let job = NewJob {
+                    reservation: None,
                     name: Some(format!("{}/{}", spec.name, task.name)),
                     command: task.command.clone(),
                     cwd,
