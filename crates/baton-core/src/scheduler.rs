@@ -332,9 +332,6 @@ pub fn plan_with_reservations(
     windows: &[Window],
 ) -> Plan {
     let mut views = Views::new(windows, now);
-    // For the backfill reservation's time: a window's GPUs count as held until it ends (which
-    // may be later than needed, never earlier).
-    let window_holders = views.as_holders();
     let mut occupancy = cluster.clone();
     let mut holders: Vec<RunningJob> = Vec::with_capacity(running.len() + pending.len());
     for job in running {
@@ -440,7 +437,7 @@ pub fn plan_with_reservations(
                 options,
                 (limits, &mut held),
                 (&mut occupancy, &views.kept_from_all()),
-                (&mut holders, &window_holders),
+                (&mut holders, &views.windows),
                 &mut reservation,
                 &mut out,
             );
@@ -525,7 +522,8 @@ pub fn plan_with_reservations(
                     job.id,
                     &[job.request],
                     cluster,
-                    &with_windows(&holders, &window_holders),
+                    &holders,
+                    (&views.windows, job.time_limit),
                 );
                 let (reserved_at, reserved_in) = (r.at, r.at.map(|at| at - now));
                 out.waiting.push((
@@ -704,18 +702,6 @@ fn kept_for(
     }
 }
 
-/// `holders` and the windows' GPUs as holders, for the backfill reservation's time.
-fn with_windows<'a>(
-    holders: &'a [RunningJob],
-    windows: &[RunningJob],
-) -> std::borrow::Cow<'a, [RunningJob]> {
-    if windows.is_empty() {
-        std::borrow::Cow::Borrowed(holders)
-    } else {
-        std::borrow::Cow::Owned(holders.iter().chain(windows).cloned().collect())
-    }
-}
-
 /// What a job may choose its GPUs from, beside reservations' windows: the occupancy itself, or
 /// a copy with GPUs withheld. A job outside every reservation that would hold its GPUs until a
 /// time is kept from the windows that begin before then: with the windows in order of start,
@@ -740,18 +726,6 @@ impl<'w> Views<'w> {
             outside: HashMap::new(),
             inside: HashMap::new(),
         }
-    }
-
-    fn as_holders(&self) -> Vec<RunningJob> {
-        self.windows
-            .iter()
-            .map(|w| RunningJob {
-                id: JobId(0),
-                gpus: w.gpus.clone(),
-                request: ResourceRequest::whole(w.gpus.len() as u32),
-                ends_by: Some(w.end),
-            })
-            .collect()
     }
 
     /// How many windows (the first, by start) a job holding GPUs until `ends_by` is in the way
@@ -846,7 +820,7 @@ fn admit_gang(
     options: PlanOptions,
     (limits, held): (&Limits, &mut HashMap<Account, Held>),
     (occupancy, kept): (&mut Occupancy, &[u32]),
-    (holders, window_holders): (&mut Vec<RunningJob>, &[RunningJob]),
+    (holders, windows): (&mut Vec<RunningJob>, &[&Window]),
     reservation: &mut Option<Reservation>,
     out: &mut Plan,
 ) {
@@ -915,12 +889,8 @@ fn admit_gang(
     let Some(placed) = placed else {
         let free = occupancy.free();
         let (reserved_at, reserved_in) = if reservation.is_none() {
-            let r = reserve(
-                head.id,
-                &requests,
-                cluster,
-                &with_windows(holders, window_holders),
-            );
+            // Its jobs have no known end: the reservation must be clear of every window.
+            let r = reserve(head.id, &requests, cluster, holders, (windows, None));
             let at = r.at;
             *reservation = Some(r);
             (at, at.map(|at| at - now))
@@ -1029,7 +999,7 @@ pub fn earliest_start(
     holders: &[RunningJob],
     request: &ResourceRequest,
 ) -> Option<Millis> {
-    reserve(JobId(0), &[*request], cluster, holders).at
+    reserve(JobId(0), &[*request], cluster, holders, (&[], None)).at
 }
 
 /// When each queued job can be expected to start, at the latest, if every job runs until its
@@ -1048,7 +1018,7 @@ pub fn predicted_starts(
     limit: usize,
     windows: &[Window],
 ) -> HashMap<JobId, Option<Millis>> {
-    let kept = Views::new(windows, now).as_holders();
+    let standing = Views::new(windows, now).windows;
     let mut holders: Vec<RunningJob> = running.to_vec();
     for job in pending {
         if let Some(g) = &job.reserved {
@@ -1082,19 +1052,21 @@ pub fn predicted_starts(
                 };
             }
         }
-        // A job in a reservation: within its window, on its GPUs; outside: beside the windows.
-        let window = job.window.map(|id| windows.iter().find(|w| w.id == id));
-        let (after, others, until) = match window {
-            None => (after, kept.as_slice(), None),
-            Some(None) => (None, &[][..], None),
-            Some(Some(w)) => (after.map(|a| a.max(w.start)), &[][..], Some(w)),
+        // A job in a reservation: within its window, on its GPUs; outside: off the GPUs of the
+        // windows it would run into.
+        let window = job.window.map(|id| standing.iter().find(|w| w.id == id));
+        let (after, until) = match window {
+            None => (after, None),
+            Some(None) => (None, None),
+            Some(Some(w)) => (after.map(|a| a.max(w.start)), Some(*w)),
         };
         let start = after.and_then(|after| {
-            // The moment it fits, among the moments holders end (or `after` itself).
+            // The moment it fits, among the moments holders end or windows end (or `after`
+            // itself).
             let mut moments: Vec<Millis> = holders
                 .iter()
-                .chain(others)
                 .filter_map(|h| h.ends_by)
+                .chain(standing.iter().map(|w| w.end))
                 .filter(|&e| e > after)
                 .collect();
             moments.push(after);
@@ -1106,19 +1078,25 @@ pub fn predicted_starts(
                 .find_map(|at| {
                     let mut held = occupancy_of(
                         cluster,
-                        holders
-                            .iter()
-                            .chain(others)
-                            .filter(|h| outlasts(h.ends_by, Some(at))),
+                        holders.iter().filter(|h| outlasts(h.ends_by, Some(at))),
                     );
-                    if let Some(w) = until {
-                        let outside: Vec<u32> = cluster
-                            .gpus()
-                            .iter()
-                            .map(|g| g.index)
-                            .filter(|g| !w.gpus.contains(g))
-                            .collect();
-                        held.withhold(&outside);
+                    match until {
+                        Some(w) => {
+                            let outside: Vec<u32> = cluster
+                                .gpus()
+                                .iter()
+                                .map(|g| g.index)
+                                .filter(|g| !w.gpus.contains(g))
+                                .collect();
+                            held.withhold(&outside);
+                        }
+                        None if job.request.count > 0 => {
+                            let ends_by = job.time_limit.map(|l| at.saturating_add(l));
+                            for w in standing.iter().filter(|w| w.is_in_the_way(at, ends_by)) {
+                                held.withhold(&w.gpus);
+                            }
+                        }
+                        None => {}
                     }
                     held.choose(&job.request).map(|g| (at, g))
                 })
@@ -1146,21 +1124,30 @@ pub fn predicted_starts(
 }
 
 /// Finds the earliest moment at which all `requests` are guaranteed to fit together, assuming
-/// every holder runs until its limit, and what remains held then.
+/// every holder runs until its limit, and what remains held then. Jobs that start then and run
+/// for `limit` (`None`: no known end) may not take the GPUs of the `windows` they would run
+/// into.
 fn reserve(
     job: JobId,
     requests: &[ResourceRequest],
     cluster: &Occupancy,
     holders: &[RunningJob],
+    (windows, limit): (&[&Window], Option<Millis>),
 ) -> Reservation {
     let mut ends: Vec<Millis> = holders.iter().filter_map(|h| h.ends_by).collect();
+    // Where a window ends, its GPUs come free.
+    ends.extend(windows.iter().map(|w| w.end));
     ends.sort_unstable();
     ends.dedup();
     for at in ends {
-        let held = occupancy_of(
+        let mut held = occupancy_of(
             cluster,
             holders.iter().filter(|h| outlasts(h.ends_by, Some(at))),
         );
+        let until = limit.map(|l| at.saturating_add(l));
+        for w in windows.iter().filter(|w| w.is_in_the_way(at, until)) {
+            held.withhold(&w.gpus);
+        }
         if held.choose_all(requests).is_some() {
             return Reservation {
                 job,

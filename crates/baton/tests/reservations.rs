@@ -255,6 +255,23 @@ fn impossible_reservations_and_submissions_are_refused_saying_what_exists() {
         2,
         "asks for 1 to 3 with --gpus",
     );
+    // A queued job in it cannot be made to need more than it keeps.
+    let queued = b.submit(&[
+        "--reservation",
+        "big",
+        "--gpus",
+        "1",
+        "--begin",
+        "now+1h",
+        "--",
+        "true",
+    ]);
+    refused(
+        &["update", &queued.to_string(), "--gpus", "4"],
+        2,
+        "runs in reservation big, which keeps 3 GPUs: it asks for 1 to 3",
+    );
+    b.run(&["cancel", &queued.to_string()]).expect(0);
     let out = b.run(&["reserve", "--cancel", "nope"]);
     assert_ne!(out.code, 0, "{out:?}");
     assert!(
@@ -264,7 +281,7 @@ fn impossible_reservations_and_submissions_are_refused_saying_what_exists() {
     // Unnamed: named for its id.
     let name = reserve(&b, &["--gpus", "1", "--duration", "10m"]);
     assert!(name.starts_with("resv-"), "{name}");
-    // What was refused left nothing behind: two reservations, no jobs.
+    // What was refused left nothing behind: two reservations.
     let rows = b.run(&["reservations", "--json"]).expect(0).json();
     assert_eq!(rows.as_array().unwrap().len(), 2, "{rows}");
     let table = b.run(&["reservations"]).expect(0).stdout;

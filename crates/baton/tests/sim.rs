@@ -86,3 +86,94 @@ fn atomic_workflows_never_deadlock_where_greedy_ones_do() {
         "{report:#}"
     );
 }
+
+/// Issue 19: the shipped trace replayed with a GPU-hour budget and a reservation, each policy
+/// beside itself without them: the budget holds jobs back, the reservation runs its user's jobs
+/// in its window, and what the rules did is reported.
+#[test]
+fn the_shipped_trace_replays_with_a_budget_and_a_reservation() {
+    let trace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/traces/alibaba-gpu-v2023-openb_pod_list_default.csv")
+        .display()
+        .to_string();
+    let rules = [
+        "--trace",
+        &trace,
+        "--policy",
+        "baton",
+        "--budget",
+        "300",
+        "--reserve-gpus",
+        "8",
+        "--reserve-start",
+        "130d",
+        "--reserve-duration",
+        "3d",
+    ];
+    let report = sim(&rules);
+    assert_eq!(report["rules"]["budget"]["gpu_hours"], 300.0, "{report:#}");
+    assert_eq!(report["rules"]["users"], 10, "{report:#}");
+    let runs = report["policies"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "without and with the rules: {report:#}");
+    let (plain, ruled) = (&runs[0], &runs[1]);
+    assert!(plain.get("rules").is_none(), "{plain:#}");
+    let effect = &ruled["rules"];
+    let n = |v: &Value| v.as_u64().unwrap();
+    assert!(n(&effect["held_by_budget"]) > 0, "{effect:#}");
+    assert!(n(&effect["reserved"]) > 0, "{effect:#}");
+    assert_eq!(
+        n(&effect["reserved_ran"]) + n(&effect["reserved_missed"]),
+        n(&effect["reserved"]),
+        "{effect:#}"
+    );
+    // Every job ran but those the window ended before they could start.
+    assert_eq!(
+        n(&ruled["jobs"]) + n(&effect["reserved_missed"]),
+        n(&plain["jobs"]),
+        "{report:#}"
+    );
+    // A budget of 300 GPU-hours a week per user keeps GPU jobs waiting.
+    assert!(
+        ruled["avg_wait_s"].as_f64() > plain["avg_wait_s"].as_f64(),
+        "{report:#}"
+    );
+    // The table says it in words.
+    let mut cmd = Command::new(common::BIN);
+    cmd.arg("sim").args(rules);
+    let text = run_cmd(cmd).expect(0).stdout;
+    assert!(text.contains("baton + rules"), "{text}");
+    assert!(
+        text.contains(
+            "rules (10 synthetic users): a budget of 300 GPU-hours per user per week; \
+             a reservation of 8 GPUs for user0"
+        ) && text.contains("jobs waited for their owner's budget"),
+        "{text}"
+    );
+    // Rules that cannot be: refused with what is wrong.
+    for (bad, why) in [
+        (&["--budget", "0"][..], "--budget must be a positive number"),
+        (
+            &["--reserve-gpus", "9", "--reserve-duration", "1d"][..],
+            "only 8 are free",
+        ),
+        (&["--users", "3"][..], "use it with one"),
+        (
+            &[
+                "--users",
+                "2",
+                "--reserve-gpus",
+                "1",
+                "--reserve-duration",
+                "1d",
+                "--reserve-user",
+                "2",
+            ][..],
+            "one of 0 to 1",
+        ),
+    ] {
+        let mut cmd = Command::new(common::BIN);
+        cmd.arg("sim").args(["--trace", &trace]).args(bad);
+        let out = run_cmd(cmd).expect(2);
+        assert!(out.stderr.contains(why), "{bad:?}: {out:?}");
+    }
+}

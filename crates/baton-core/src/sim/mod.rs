@@ -12,6 +12,7 @@
 //! Time in the simulator is [`Millis`] from the start of the workload; it never reads a clock.
 
 pub mod replay;
+pub mod rules;
 pub mod trace;
 pub mod workflows;
 
@@ -29,6 +30,7 @@ use crate::scheduler::PlanOptions;
 
 pub use metrics::percentile;
 pub use replay::{Metrics, ReplayOptions, replay};
+pub use rules::{Budget, Effect, Reservation, Rules};
 pub use trace::{Trace, TraceError, TraceJob, parse_openb};
 pub use workflows::{
     GeneratorOptions, Mode, SyntheticWorkflow, WorkflowMetrics, generate, run_workflows,

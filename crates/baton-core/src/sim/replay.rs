@@ -11,6 +11,11 @@
 //! real users over-estimate); backfill trusts it, and a job never runs past it (with a factor
 //! under 1, a job is stopped at its limit and counts as done then). A job that could never fit
 //! on the simulated cluster (more GPUs than a node has) is left out and counted in `impossible`.
+//!
+//! With [`super::rules::Rules`], the pass also applies a GPU-hour budget per user and a
+//! reservation, as the daemon does ([`crate::scheduler::plan_with_reservations`]); the clock
+//! then also stops where the pass asks to be run again (a window begins or ends, a budget
+//! period resets), and the metrics say what the rules did ([`super::rules::Effect`]).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -19,9 +24,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{JobId, Millis, PendingJob, RunningJob};
 use crate::placement::Occupancy;
-use crate::scheduler::{Start, plan_with};
+use crate::scheduler::{Start, WaitReason, plan_with, plan_with_reservations};
 
 use super::metrics::{mean, percentile, round, secs};
+use super::rules::{Applied, Effect, Rules};
 use super::slots::{RequestKey, Slots, key};
 use super::trace::TraceJob;
 use super::{Cluster, DEFAULT_TIME_LIMIT_FACTOR, Policy, SimError, check_factor, time_limit};
@@ -32,6 +38,9 @@ pub struct ReplayOptions {
     pub cluster: Cluster,
     /// A job's declared time limit is its run time times this.
     pub time_limit_factor: f64,
+    /// Budgets and a reservation (none by default).
+    #[serde(default)]
+    pub rules: Rules,
 }
 
 impl Default for ReplayOptions {
@@ -39,6 +48,7 @@ impl Default for ReplayOptions {
         ReplayOptions {
             cluster: Cluster::default(),
             time_limit_factor: DEFAULT_TIME_LIMIT_FACTOR,
+            rules: Rules::default(),
         }
     }
 }
@@ -85,6 +95,9 @@ pub struct Metrics {
     pub impossible: usize,
     /// Jobs still queued when the events ran out (none unless something is wrong).
     pub unfinished: usize,
+    /// What the rules did, when the replay had any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Effect>,
 }
 
 /// When one job of the trace started and ended, if it did.
@@ -141,7 +154,16 @@ fn replay_with(
     let gpus = cluster.gpus();
     let empty = Occupancy::new(&gpus);
     let plan_options = policy.plan_options();
-    let fifo_shortcut = fifo_shortcut && policy == Policy::Fifo;
+    let ruled = options.rules.any();
+    let mut rules = Applied::new(options.rules, jobs, &empty)?;
+    // The shortcut knows nothing of budgets and reservations.
+    let fifo_shortcut = fifo_shortcut && policy == Policy::Fifo && !ruled;
+    // Per job: it ran in the reservation; it waited for its owner's budget.
+    let mut in_window = vec![false; jobs.len()];
+    let mut held_by_budget = vec![false; jobs.len()];
+    let mut missed = 0;
+    // When the pass asked to be run again (a window's edge, a budget's reset).
+    let mut wakeup: Option<Millis> = None;
     // No job depends on another in a trace.
     let states = HashMap::new();
 
@@ -180,20 +202,22 @@ fn replay_with(
     let (mut frag_sum, mut frag_passes) = (0.0, 0u64);
 
     loop {
-        let now = match (
+        let events = [
             jobs.get(next).map(|j| j.arrival),
             run.completions.peek().map(|Reverse((t, _))| *t),
-        ) {
-            (None, None) => break,
-            (Some(a), None) => a,
-            (None, Some(c)) => c,
-            (Some(a), Some(c)) => a.min(c),
+            wakeup.filter(|_| !queue.is_empty()),
+        ];
+        let Some(now) = events.into_iter().flatten().min() else {
+            break;
         };
+        wakeup = wakeup.filter(|&w| w > now);
+        rules.roll(now);
         while let Some(&Reverse((t, i))) = run.completions.peek()
             && t == now
         {
             run.completions.pop();
-            run.finish(i, now);
+            let (gpus, start) = run.finish(i, now);
+            rules.ended(i, gpus, start, now);
         }
         while let Some(job) = jobs.get(next)
             && job.arrival == now
@@ -207,16 +231,21 @@ fn replay_with(
             }
             let limit = time_limit(job.run_time, options.time_limit_factor);
             let priority = policy.priority(0, job.arrival, limit);
+            let window = rules.window_for(i, now, limit);
+            in_window[i] = window.is_some();
             queue.push(
                 i,
-                PendingJob::new(
-                    id(i),
-                    priority,
-                    job.arrival,
-                    request,
-                    Some(limit),
-                    Vec::new(),
-                ),
+                PendingJob {
+                    window,
+                    ..PendingJob::new(
+                        id(i),
+                        priority,
+                        job.arrival,
+                        request,
+                        Some(limit),
+                        Vec::new(),
+                    )
+                },
             );
             run.waiting_for_gpus += usize::from(request.count > 0);
         }
@@ -242,6 +271,41 @@ fn replay_with(
                     break;
                 }
             }
+        } else if ruled {
+            let running = run.running.iter().map(|r| {
+                let i = index(r.id);
+                (i, r.request.count, run.outcomes[i].start.unwrap_or(now))
+            });
+            let (limits, resets) = rules.limits(now, running, queue.all(), index);
+            let plan = plan_with_reservations(
+                &empty,
+                &run.running,
+                queue.all(),
+                &states,
+                now,
+                plan_options,
+                &limits,
+                &rules.windows,
+            );
+            for start in plan.starts {
+                let job = queue.take(index(start.job));
+                run.start(job, start, now);
+            }
+            for gone in plan.reservation_gone {
+                let job = queue.take(index(gone));
+                run.waiting_for_gpus -= usize::from(job.request.count > 0);
+                missed += 1;
+            }
+            for (job, why) in &plan.waiting {
+                if matches!(why, WaitReason::Budget(_)) {
+                    held_by_budget[index(*job)] = true;
+                }
+            }
+            wakeup = [wakeup, plan.next_wakeup, resets]
+                .into_iter()
+                .flatten()
+                .filter(|&t| t > now)
+                .min();
         } else {
             let plan = plan_with(&gpus, &run.running, queue.all(), &states, now, plan_options);
             for start in plan.starts {
@@ -274,6 +338,27 @@ fn replay_with(
             last_end = last_end.max(end);
         }
     }
+    let effect = ruled.then(|| {
+        let waits = |inside: bool| {
+            let w: Vec<f64> = jobs
+                .iter()
+                .zip(&outcomes)
+                .enumerate()
+                .filter(|(i, _)| in_window[*i] == inside)
+                .filter_map(|(_, (job, o))| o.start.map(|s| secs(s - job.arrival)))
+                .collect();
+            (w.len(), round(mean(&w), 3))
+        };
+        let (reserved_ran, reserved_avg_wait_s) = waits(true);
+        Effect {
+            held_by_budget: held_by_budget.iter().filter(|&&h| h).count(),
+            reserved: in_window.iter().filter(|&&w| w).count(),
+            reserved_ran,
+            reserved_missed: missed,
+            reserved_avg_wait_s,
+            outside_avg_wait_s: waits(false).1,
+        }
+    });
     let first_arrival = jobs.first().map_or(0, |j| j.arrival);
     let makespan = if jct.is_empty() {
         0
@@ -308,6 +393,7 @@ fn replay_with(
         max_queued,
         impossible,
         unfinished: queue.len(),
+        rules: effect,
     };
     Ok(Replay { metrics, outcomes })
 }
@@ -334,7 +420,11 @@ impl Run<'_> {
         let i = index(start.job);
         let request = job.request;
         self.waiting_for_gpus -= usize::from(request.count > 0);
-        let limit = job.time_limit.unwrap_or(Millis::MAX);
+        // A job in a reservation is stopped at the window's end.
+        let limit = match (job.time_limit, start.until) {
+            (limit, Some(until)) => limit.unwrap_or(Millis::MAX).min(until - now),
+            (limit, None) => limit.unwrap_or(Millis::MAX),
+        };
         let duration = self.jobs[i].run_time.min(limit);
         self.slots.hold(&start.gpus, &request);
         self.free
@@ -353,7 +443,8 @@ impl Run<'_> {
         });
     }
 
-    fn finish(&mut self, i: usize, now: Millis) {
+    /// Ends job `i`: the GPUs it held and when it started.
+    fn finish(&mut self, i: usize, now: Millis) -> (u32, Millis) {
         let pos = std::mem::replace(&mut self.running_at[i], NONE);
         let job = self.running.swap_remove(pos);
         if let Some(moved) = self.running.get(pos) {
@@ -362,6 +453,7 @@ impl Run<'_> {
         self.slots.release(&job.gpus, &job.request);
         self.free.release(&job.gpus, &job.request);
         self.outcomes[i].end = Some(now);
+        (job.request.count, self.outcomes[i].start.unwrap_or(now))
     }
 }
 
@@ -445,7 +537,97 @@ mod tests {
         ReplayOptions {
             cluster: Cluster::new(1, gpus),
             time_limit_factor: 1.0,
+            rules: Rules::default(),
         }
+    }
+
+    fn starts(r: &Replay) -> Vec<Option<i64>> {
+        r.outcomes
+            .iter()
+            .map(|o| o.start.map(|s| s / 1000))
+            .collect()
+    }
+
+    #[test]
+    fn a_spent_budget_holds_its_users_jobs_until_the_next_period() {
+        let trace = vec![job("a", 0, 3_600, 1), job("b", 10, 60, 1)];
+        let plain = replay(&trace, Policy::Backfill, &one_node(1)).unwrap();
+        assert_eq!(starts(&plain), vec![Some(0), Some(3_600)]);
+        assert_eq!(plain.metrics.rules, None);
+        // One GPU-hour a day: job a uses it up, so b waits for the next day.
+        let rules = Rules {
+            users: 1,
+            budget: Some(super::super::Budget {
+                gpu_hours: 1.0,
+                period: crate::limits::Period::Day,
+            }),
+            reservation: None,
+        };
+        let ruled = replay(
+            &trace,
+            Policy::Backfill,
+            &ReplayOptions {
+                rules,
+                ..one_node(1)
+            },
+        )
+        .unwrap();
+        assert_eq!(starts(&ruled), vec![Some(0), Some(86_400)]);
+        let effect = ruled.metrics.rules.unwrap();
+        assert_eq!(effect.held_by_budget, 1);
+        assert_eq!(ruled.metrics.unfinished, 0);
+    }
+
+    /// On 2 GPUs, one reserved for user 0 (the only user) from 100 s to 200 s:
+    /// - a (0 s, 500 s) would run into it: it takes the other GPU;
+    /// - b (0 s, 50 s) ends before it begins: it backfills onto the reserved GPU;
+    /// - c (0 s, 200 s) would run into it and the other GPU is a's: it waits for its end;
+    /// - d (120 s, 50 s) arrives in it and fits: it runs in it at once;
+    /// - e (150 s, 80 s) would outlast it, so it is outside it, behind c: at c's end.
+    #[test]
+    fn a_reservation_keeps_its_gpu_for_its_users_jobs() {
+        let trace = vec![
+            job("a", 0, 500, 1),
+            job("b", 0, 50, 1),
+            job("c", 0, 200, 1),
+            job("d", 120, 50, 1),
+            job("e", 150, 80, 1),
+        ];
+        let rules = Rules {
+            users: 1,
+            budget: None,
+            reservation: Some(super::super::Reservation {
+                gpus: 1,
+                start: 100_000,
+                duration: 100_000,
+                user: 0,
+            }),
+        };
+        let ruled = replay(
+            &trace,
+            Policy::Backfill,
+            &ReplayOptions {
+                rules,
+                ..one_node(2)
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            starts(&ruled),
+            vec![Some(0), Some(0), Some(200), Some(120), Some(400)]
+        );
+        let effect = ruled.metrics.rules.unwrap();
+        assert_eq!(
+            (effect.reserved, effect.reserved_ran, effect.reserved_missed),
+            (1, 1, 0)
+        );
+        assert_eq!(effect.reserved_avg_wait_s, 0.0);
+        // Without it, c runs after b and e after d.
+        let plain = replay(&trace, Policy::Backfill, &one_node(2)).unwrap();
+        assert_eq!(
+            starts(&plain),
+            vec![Some(0), Some(0), Some(50), Some(250), Some(300)]
+        );
     }
 
     fn ends(r: &Replay) -> Vec<i64> {
@@ -521,6 +703,7 @@ mod tests {
             &ReplayOptions {
                 cluster: Cluster::new(2, 4),
                 time_limit_factor: 0.5,
+                rules: Rules::default(),
             },
         )
         .unwrap();
@@ -584,6 +767,7 @@ mod tests {
                 let opts = ReplayOptions {
                     cluster,
                     time_limit_factor: 1.5,
+                    rules: Rules::default(),
                 };
                 let fast = replay_with(&trace, Policy::Fifo, &opts, true).unwrap();
                 let full = replay_with(&trace, Policy::Fifo, &opts, false).unwrap();
@@ -612,6 +796,7 @@ mod tests {
         let opts = ReplayOptions {
             cluster: Cluster::new(2, 4),
             time_limit_factor: 1.5,
+            rules: Rules::default(),
         };
         for policy in Policy::ALL {
             let a = replay(&trace, policy, &opts).unwrap();

@@ -7,10 +7,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use baton_core::limits::Period;
 use baton_core::sim::{
-    self, Cluster, DEFAULT_GPUS_PER_NODE, DEFAULT_NODES, DEFAULT_TIME_LIMIT_FACTOR,
-    GeneratorOptions, Metrics, Mode, Policy, ReplayOptions, WorkflowMetrics,
+    self, Budget, Cluster, DEFAULT_GPUS_PER_NODE, DEFAULT_NODES, DEFAULT_TIME_LIMIT_FACTOR,
+    GeneratorOptions, Metrics, Mode, Policy, ReplayOptions, Reservation, Rules, WorkflowMetrics,
 };
+use baton_core::units::{format_duration, parse_duration};
 use serde::Serialize;
 
 use super::{UsageError, print_json};
@@ -45,6 +47,48 @@ pub struct Args {
     /// GPU capacity [default: 0.9].
     #[arg(long, value_name = "L")]
     load: Option<f64>,
+    /// Synthetic users the trace's jobs are spread over (by a hash of each job's name), for
+    /// --budget and --reserve-gpus [default: 10].
+    #[arg(long, value_name = "N")]
+    users: Option<u32>,
+    /// Replay each policy again with a GPU-hour budget per user and --budget-period: a user's
+    /// GPU jobs wait while their budget is used up, as `[limits] gpu_hours_per_user` makes them.
+    #[arg(long, value_name = "GPU_HOURS")]
+    budget: Option<f64>,
+    /// The budget's period (a month is 30 days here).
+    #[arg(long, value_enum, default_value = "week", requires = "budget")]
+    budget_period: PeriodArg,
+    /// Replay each policy again with a reservation of this many GPUs (on one node) for user
+    /// --reserve-user, from --reserve-start after the first arrival for --reserve-duration: that
+    /// user's jobs that arrive while it stands and fit in it run in it, as `baton reserve` and
+    /// `submit --reservation` make them.
+    #[arg(long, value_name = "N", requires = "reserve_duration")]
+    reserve_gpus: Option<u32>,
+    /// When the reservation begins, after the trace's first arrival (e.g. 120d) [default: 0s].
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", requires = "reserve_gpus")]
+    reserve_start: Option<i64>,
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", requires = "reserve_gpus")]
+    reserve_duration: Option<i64>,
+    /// The synthetic user (0 to --users minus 1) the reservation is for.
+    #[arg(long, value_name = "K", default_value_t = 0, requires = "reserve_gpus")]
+    reserve_user: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum PeriodArg {
+    Day,
+    Week,
+    Month,
+}
+
+impl PeriodArg {
+    fn period(self) -> Period {
+        match self {
+            PeriodArg::Day => Period::Day,
+            PeriodArg::Week => Period::Week,
+            PeriodArg::Month => Period::Month,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -96,6 +140,9 @@ struct ReplayReport {
     trace: TraceInfo,
     cluster: ClusterInfo,
     time_limit_factor: f64,
+    /// The budget and reservation each policy was replayed again with, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rules: Option<Rules>,
     policies: Vec<Timed<Metrics>>,
 }
 
@@ -154,16 +201,27 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let options = ReplayOptions {
         cluster,
         time_limit_factor: args.time_limit_factor,
+        rules: Rules::default(),
     };
+    let rules = rules_of(&args)?;
+    if let Some(rules) = &rules {
+        rules
+            .check(&cluster)
+            .map_err(|e| UsageError(e.to_string()))?;
+    }
     let mut results = Vec::new();
     for policy in args.policy.policies() {
-        let t0 = Instant::now();
-        let replay =
-            sim::replay(&trace.jobs, policy, &options).map_err(|e| UsageError(e.to_string()))?;
-        results.push(Timed {
-            metrics: replay.metrics,
-            wall_s: seconds(t0),
-        });
+        // Without the rules, and again with them: their effect is the difference.
+        for rules in [Rules::default()].into_iter().chain(rules) {
+            let options = ReplayOptions { rules, ..options };
+            let t0 = Instant::now();
+            let replay = sim::replay(&trace.jobs, policy, &options)
+                .map_err(|e| UsageError(e.to_string()))?;
+            results.push(Timed {
+                metrics: replay.metrics,
+                wall_s: seconds(t0),
+            });
+        }
     }
     let report = ReplayReport {
         trace: TraceInfo {
@@ -175,6 +233,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         },
         cluster: cluster_info,
         time_limit_factor: args.time_limit_factor,
+        rules,
         policies: results,
     };
     if json {
@@ -183,6 +242,49 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         print!("{}", replay_table(&report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The budget and reservation the options ask for, if any.
+fn rules_of(args: &Args) -> Result<Option<Rules>, UsageError> {
+    if args.budget.is_none() && args.reserve_gpus.is_none() {
+        if args.users.is_some() {
+            return Err(UsageError(
+                "--users spreads the jobs for --budget and --reserve-gpus: use it with one".into(),
+            ));
+        }
+        return Ok(None);
+    }
+    if args.workflows.is_some() {
+        return Err(UsageError(
+            "--budget and --reserve-gpus apply to a trace replay (--trace), not --workflows".into(),
+        ));
+    }
+    let budget = match args.budget {
+        Some(h) if !(h.is_finite() && h > 0.0) => {
+            return Err(UsageError(format!(
+                "--budget must be a positive number of GPU-hours, not {h}"
+            )));
+        }
+        Some(gpu_hours) => Some(Budget {
+            gpu_hours,
+            period: args.budget_period.period(),
+        }),
+        None => None,
+    };
+    let reservation = match (args.reserve_gpus, args.reserve_duration) {
+        (Some(gpus), Some(duration)) => Some(Reservation {
+            gpus,
+            start: args.reserve_start.unwrap_or(0),
+            duration,
+            user: args.reserve_user,
+        }),
+        _ => None,
+    };
+    Ok(Some(Rules {
+        users: args.users.unwrap_or(sim::rules::DEFAULT_USERS),
+        budget,
+        reservation,
+    }))
 }
 
 fn run_workflows(
@@ -270,7 +372,10 @@ fn replay_table(r: &ReplayReport) -> String {
         .map(|p| {
             let m = &p.metrics;
             vec![
-                m.policy.to_string(),
+                match m.rules {
+                    Some(_) => format!("{} + rules", m.policy),
+                    None => m.policy.to_string(),
+                },
                 m.jobs.to_string(),
                 format!("{:.0}", m.avg_jct_s),
                 format!("{:.0}", m.p50_jct_s),
@@ -298,6 +403,67 @@ fn replay_table(r: &ReplayReport) -> String {
     if !notes.is_empty() {
         out.push('\n');
         out.push_str(&notes.concat());
+    }
+    if let Some(rules) = &r.rules {
+        out.push_str(&rules_notes(rules, &r.policies));
+    }
+    out
+}
+
+/// What the rules are, and what they did under each policy.
+fn rules_notes(rules: &Rules, policies: &[Timed<Metrics>]) -> String {
+    let mut out = format!("\nrules ({} synthetic users):", rules.users);
+    if let Some(b) = &rules.budget {
+        out.push_str(&format!(
+            " a budget of {} GPU-hours per user per {}",
+            b.gpu_hours,
+            b.period.noun()
+        ));
+    }
+    if let Some(r) = &rules.reservation {
+        out.push_str(&format!(
+            "{} a reservation of {} GPU{} for user{} from {} after the first arrival for {}",
+            if rules.budget.is_some() { ";" } else { "" },
+            r.gpus,
+            if r.gpus == 1 { "" } else { "s" },
+            r.user,
+            format_duration(r.start),
+            format_duration(r.duration)
+        ));
+    }
+    out.push('\n');
+    let plain = |policy: Policy| {
+        policies
+            .iter()
+            .find(|p| p.metrics.policy == policy && p.metrics.rules.is_none())
+    };
+    for p in policies {
+        let Some(e) = &p.metrics.rules else {
+            continue;
+        };
+        let before = plain(p.metrics.policy).map_or(0.0, |b| b.metrics.avg_wait_s);
+        out.push_str(&format!(
+            "{}: mean wait {:.0} s with the rules, {:.0} s without",
+            p.metrics.policy, p.metrics.avg_wait_s, before
+        ));
+        if rules.budget.is_some() {
+            out.push_str(&format!(
+                "; {} jobs waited for their owner's budget",
+                e.held_by_budget
+            ));
+        }
+        if rules.reservation.is_some() {
+            out.push_str(&format!(
+                "; the reservation ran {} of its {} jobs (mean wait {:.0} s, others {:.0} s), \
+                 {} never started in it",
+                e.reserved_ran,
+                e.reserved,
+                e.reserved_avg_wait_s,
+                e.outside_avg_wait_s,
+                e.reserved_missed
+            ));
+        }
+        out.push('\n');
     }
     out
 }

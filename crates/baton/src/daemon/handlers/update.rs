@@ -91,6 +91,22 @@ pub async fn handle(
                 admission::check(&request, &daemon.gpus, Some(&daemon.config.host.capacity))
                     .map_err(|e| ApiError::BadRequest(e.to_string()))?;
             }
+            // A job in a reservation runs on its GPUs: it may ask for 1 to all of them.
+            if let Some(r) = &job.reservation {
+                let kept = inner
+                    .reservations
+                    .iter()
+                    .find(|x| x.id == r.id)
+                    .map_or(0, |x| x.made.gpus.len() as u32);
+                if request.count == 0 || request.count > kept {
+                    return bad(format!(
+                        "job {id} runs in reservation {}, which keeps {kept} GPU{}: it asks \
+                         for 1 to {kept}",
+                        r.name,
+                        if kept == 1 { "" } else { "s" }
+                    ));
+                }
+            }
             Some(request)
         } else {
             None
