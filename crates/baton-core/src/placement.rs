@@ -244,12 +244,18 @@ impl Occupancy {
     /// taken are skipped, and cores and memory are counted even past the node's capacity (a
     /// capacity lowered under running jobs), so nothing more starts until they end.
     pub fn occupy(&mut self, gpus: &[u32], req: &ResourceRequest) {
-        let positions: Vec<usize> = gpus
+        let existing: Vec<usize> = gpus
             .iter()
             .filter_map(|&index| self.position(index).ok())
+            .collect();
+        // Cores and memory on the node of its GPUs, even where every one of them is counted
+        // already (withheld for a reservation, say).
+        let host = self.host_node(&existing);
+        let positions: Vec<usize> = existing
+            .into_iter()
             .filter(|&pos| self.slot_admits(pos, req))
             .collect();
-        self.take(&positions, req);
+        self.take_on(host, &positions, req);
     }
 
     /// Keeps `gpus` from every job, whole or shared, whoever holds them now: a view for jobs
@@ -285,8 +291,13 @@ impl Occupancy {
     }
 
     fn take(&mut self, positions: &[usize], req: &ResourceRequest) {
+        self.take_on(self.host_node(positions), positions, req);
+    }
+
+    /// Takes the GPUs at `positions`, and `req`'s cores and memory on node `host`.
+    fn take_on(&mut self, host: Option<usize>, positions: &[usize], req: &ResourceRequest) {
         if req.uses_host()
-            && let Some(at) = self.host_node(positions)
+            && let Some(at) = host
         {
             let node = &mut self.nodes[at];
             node.cpus_used += u64::from(req.cpus);

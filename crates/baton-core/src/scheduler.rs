@@ -96,9 +96,9 @@ pub enum WaitReason {
         needs: ResourceRequest,
         /// What is free, the kept GPUs counted.
         free: Free,
-        /// The reservation in the way that begins first.
-        name: String,
-        /// How long until it begins (0: it is on) and ends.
+        /// The reservations whose GPUs it may not take, by start.
+        names: Vec<String>,
+        /// How long until the first begins (0: it is on) and ends.
         begins_in: Millis,
         ends_in: Millis,
         /// When the job is the backfill reservation's holder: the latest time it is guaranteed
@@ -167,7 +167,7 @@ impl fmt::Display for WaitReason {
             WaitReason::KeptForReservation {
                 needs,
                 free,
-                name,
+                names,
                 begins_in,
                 ends_in,
                 reserved_in,
@@ -175,8 +175,10 @@ impl fmt::Display for WaitReason {
             } => {
                 write!(
                     f,
-                    "reserved: {}, but GPUs it could use are kept for reservation {name}",
-                    free.describe(needs)
+                    "reservation: {}, but GPUs it could use are kept for reservation{} {}",
+                    free.describe(needs),
+                    if names.len() == 1 { "" } else { "s" },
+                    names.join(", ")
                 )?;
                 if *begins_in > 0 {
                     write!(
@@ -367,6 +369,14 @@ pub fn plan_with_reservations(
     let mut group_running: HashMap<u64, u32> = HashMap::new();
 
     for job in order {
+        // A job in a reservation that no longer stands can never start, whatever else it
+        // waits for.
+        if let Some(window) = job.window
+            && views.window(window).is_none()
+        {
+            out.reservation_gone.push(job.id);
+            continue;
+        }
         // Nor does a job that is to begin later.
         if let Some(at) = job.begin.filter(|&t| t > now) {
             out.waiting.push((
@@ -462,7 +472,7 @@ pub fn plan_with_reservations(
             continue;
         }
         if let Some(window) = job.window {
-            start_in_window(
+            let started = start_in_window(
                 job,
                 window,
                 now,
@@ -472,6 +482,9 @@ pub fn plan_with_reservations(
                 &mut holders,
                 &mut out,
             );
+            if started && let Some(t) = job.throttle {
+                *group_running.entry(t.group).or_insert(t.running) += 1;
+            }
             continue;
         }
         // A GPU-hour budget holds back only what would hold GPUs.
@@ -515,8 +528,7 @@ pub fn plan_with_reservations(
             // Kept out by a reservation, not by what runs: say so, and how to get in.
             let kept_by =
                 (!strictly_behind && in_the_way > 0 && occupancy.choose(&job.request).is_some())
-                    .then(|| views.first_in_the_way(in_the_way))
-                    .flatten();
+                    .then(|| views.in_the_way_of(in_the_way));
             if reservation.is_none() {
                 let r = reserve(
                     job.id,
@@ -609,7 +621,8 @@ pub fn plan_with_reservations(
 /// A job in reservation `window`'s turn: it waits for the window, then starts on the window's
 /// GPUs if they have room, with the window's end as its end. The caps on what its owner holds
 /// at once do not hold it back (the reservation is what it was given), but what it takes
-/// counts as held, and a spent GPU-hour budget keeps it waiting as any GPU job.
+/// counts as held, and a spent GPU-hour budget keeps it waiting as any GPU job. Whether it
+/// started.
 #[allow(clippy::too_many_arguments)]
 fn start_in_window(
     job: &PendingJob,
@@ -620,10 +633,10 @@ fn start_in_window(
     occupancy: &mut Occupancy,
     holders: &mut Vec<RunningJob>,
     out: &mut Plan,
-) {
+) -> bool {
     let Some((at, w)) = views.window(window) else {
         out.reservation_gone.push(job.id);
-        return;
+        return false;
     };
     if !w.has_begun(now) {
         out.waiting.push((
@@ -635,14 +648,14 @@ fn start_in_window(
             },
         ));
         out.next_wakeup = Some(out.next_wakeup.map_or(w.start, |t| t.min(w.start)));
-        return;
+        return false;
     }
     if job.request.count > 0
         && let Some(spent) = limits.budget_spent(job.id)
     {
         out.waiting
             .push((job.id, WaitReason::Budget(spent.clone())));
-        return;
+        return false;
     }
     let (name, end, size) = (w.name.clone(), w.end, w.gpus.len());
     let inside = views.inside(occupancy, at);
@@ -659,7 +672,7 @@ fn start_in_window(
                 free,
             },
         ));
-        return;
+        return false;
     };
     occupancy
         .hold(&chosen, &job.request)
@@ -681,22 +694,24 @@ fn start_in_window(
         backfilled: false,
         until: Some(end),
     });
+    true
 }
 
-/// Why a job waits that a reservation keeps out.
+/// Why a job waits that reservations `ws` (the first `k` by start, `k` > 0) keep out.
 fn kept_for(
-    w: &Window,
+    ws: &[&Window],
     now: Millis,
     needs: ResourceRequest,
     free: Free,
     reserved_at: Option<Millis>,
 ) -> WaitReason {
+    let first = ws[0];
     WaitReason::KeptForReservation {
         needs,
         free,
-        name: w.name.clone(),
-        begins_in: (w.start - now).max(0),
-        ends_in: w.end - now,
+        names: ws.iter().map(|w| w.name.clone()).collect(),
+        begins_in: (first.start - now).max(0),
+        ends_in: first.end - now,
         reserved_at,
         reserved_in: reserved_at.map(|at| at - now),
     }
@@ -737,9 +752,10 @@ impl<'w> Views<'w> {
             .count()
     }
 
-    /// Of the first `k` windows, one whose GPUs a job would need: the first to begin.
-    fn first_in_the_way(&self, k: usize) -> Option<&'w Window> {
-        self.windows.first().filter(|_| k > 0).copied()
+    /// The first `k` windows by start: those a job holding GPUs past the `k`th's start would
+    /// run into.
+    fn in_the_way_of(&self, k: usize) -> &[&'w Window] {
+        &self.windows[..k]
     }
 
     /// Every window's GPUs: what a job without a known end may not take.
@@ -1000,6 +1016,20 @@ pub fn earliest_start(
     request: &ResourceRequest,
 ) -> Option<Millis> {
     reserve(JobId(0), &[*request], cluster, holders, (&[], None)).at
+}
+
+/// [`earliest_start`] for a job outside every reservation that runs for `limit` (`None`: no
+/// known end): off the GPUs of the `windows` it would run into.
+pub fn earliest_start_beside(
+    cluster: &Occupancy,
+    holders: &[RunningJob],
+    request: &ResourceRequest,
+    (windows, now): (&[Window], Millis),
+    limit: Option<Millis>,
+) -> Option<Millis> {
+    let standing = Views::new(windows, now).windows;
+    let windows: &[&Window] = if request.count == 0 { &[] } else { &standing };
+    reserve(JobId(0), &[*request], cluster, holders, (windows, limit)).at
 }
 
 /// When each queued job can be expected to start, at the latest, if every job runs until its

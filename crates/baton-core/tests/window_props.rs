@@ -101,7 +101,8 @@ fn only_jobs_that_end_before_a_window_backfill_into_it() {
     assert_eq!(started, vec![(1, vec![0, 1]), (3, vec![2])]);
     let why = reason(&p, 2);
     assert!(
-        why.starts_with("reserved: needs 2 whole GPUs") && why.contains("reservation w1 from 1h"),
+        why.starts_with("reservation: needs 2 whole GPUs")
+            && why.contains("reservation w1 from 1h"),
         "{why}"
     );
     assert!(
@@ -109,7 +110,11 @@ fn only_jobs_that_end_before_a_window_backfill_into_it() {
         "{why}"
     );
     // Job 4 would run into the window.
-    assert!(reason(&p, 4).starts_with("reserved:"), "{}", reason(&p, 4));
+    assert!(
+        reason(&p, 4).starts_with("reservation: needs"),
+        "{}",
+        reason(&p, 4)
+    );
 }
 
 #[test]
@@ -146,13 +151,43 @@ fn a_job_in_a_window_waits_for_it_then_runs_on_its_gpus_until_its_end() {
 }
 
 #[test]
+fn a_window_keeps_a_sweeps_throttle_and_fails_its_jobs_once_gone() {
+    let w = [window(1, &[0, 1], NOW, NOW + H)];
+    let throttle = Some(baton_core::Throttle {
+        group: 5,
+        max: 1,
+        running: 0,
+    });
+    let runs = [
+        PendingJob {
+            throttle,
+            ..in_window(1, 1, None, 1)
+        },
+        PendingJob {
+            throttle,
+            ..in_window(2, 1, None, 1)
+        },
+    ];
+    let p = pass(4, &[], &runs, &w, NOW);
+    assert_eq!(p.starts.len(), 1, "{p:?}");
+    assert!(reason(&p, 2).starts_with("throttled:"), "{}", reason(&p, 2));
+    // A job of a reservation that is gone fails even while it waits for its --begin.
+    let later = PendingJob {
+        begin: Some(NOW + 2 * H),
+        ..in_window(3, 1, None, 1)
+    };
+    let p = pass(4, &[], &[later], &w, NOW + H);
+    assert_eq!(p.reservation_gone, vec![JobId(3)]);
+}
+
+#[test]
 fn a_window_in_the_way_makes_the_head_reserve_past_it() {
     // All four GPUs kept from now for an hour: an unlimited 4-GPU job is reserved for its end.
     let w = [window(1, &[0, 1, 2, 3], NOW, NOW + H)];
     let p = pass(4, &[], &[job(1, 4, None)], &w, NOW);
     assert_eq!(
         reason(&p, 1),
-        "reserved: needs 4 whole GPUs, 4 of 4 free, but GPUs it could use are kept for \
+        "reservation: needs 4 whole GPUs, 4 of 4 free, but GPUs it could use are kept for \
          reservation w1 for 1h00m more; reserved to start within 1h00m"
     );
 }

@@ -58,11 +58,19 @@ fn a_reservation_keeps_its_gpus_until_it_runs_its_own_jobs_and_stops_them_at_its
         .collect();
     assert_eq!(kept.len(), 2, "{later}");
 
-    // A job without a time limit would run into it: it may not have all four GPUs.
-    let whole = b.submit(&["--gpus", "4", "--", "sleep", "60"]);
+    // A job without a time limit would run into it: it may not have all four GPUs, and is not
+    // told it starts now.
+    let out = b
+        .run(&["submit", "--gpus", "4", "--", "sleep", "60"])
+        .expect(0);
+    assert!(
+        out.stderr.contains("predicted start") && !out.stderr.contains("it starts now"),
+        "{out:?}"
+    );
+    let whole: u64 = out.stdout.trim().parse().unwrap();
     let reason = b.wait_reason(whole);
     assert!(
-        reason.starts_with("reserved: needs 4 whole GPUs, 4 of 4 free")
+        reason.starts_with("reservation: needs 4 whole GPUs, 4 of 4 free")
             && reason.contains("kept for reservation later")
             && reason.contains("with a time limit that ends before then it may use them"),
         "{reason}"
@@ -120,7 +128,8 @@ fn a_reservation_keeps_its_gpus_until_it_runs_its_own_jobs_and_stops_them_at_its
     );
     let out = b.run(&["reserve", "--cancel", "later"]).expect(0);
     assert!(
-        out.stderr.contains("its 1 queued job(s) end as failed"),
+        out.stderr
+            .contains("its 1 queued job(s) end as failed (a held one once released)"),
         "{out:?}"
     );
     b.wait(&[waiting], "30s");
@@ -323,5 +332,5 @@ fn reservations_survive_a_daemon_restart() {
     );
     // Its GPUs stay kept from a job without a time limit.
     let other = b.submit(&["--gpus", "1", "--", "sleep", "60"]);
-    assert!(b.wait_reason(other).starts_with("reserved:"));
+    assert!(b.wait_reason(other).starts_with("reservation: needs"));
 }

@@ -1184,7 +1184,7 @@ fn a_reservation_is_for_its_users_and_users_reserve_only_within_their_allowance(
     let both = submit_as_with(&b, &bob, &["--gpus", "2"], "true");
     let reason = b.wait_reason(both);
     assert!(
-        reason.starts_with("reserved:") && reason.contains("kept for reservation al"),
+        reason.starts_with("reservation: needs") && reason.contains("kept for reservation al"),
         "{reason}"
     );
     let mine = submit_as_with(
@@ -1223,7 +1223,7 @@ fn a_reservation_is_for_its_users_and_users_reserve_only_within_their_allowance(
             "--start",
             "now+2h",
             "--duration",
-            "2h",
+            "30m",
         ],
         "max_reserved_gpu_hours_per_user",
     );
@@ -1235,7 +1235,7 @@ fn a_reservation_is_for_its_users_and_users_reserve_only_within_their_allowance(
             "--gpus",
             "1",
             "--start",
-            "now+2h",
+            "now+10m",
             "--duration",
             "30m",
         ],

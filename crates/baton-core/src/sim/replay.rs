@@ -185,6 +185,7 @@ fn replay_with(
         waiting_for_gpus: 0,
         backfilled: 0,
         allocated_gpu_ms: 0.0,
+        cut_short: 0,
     };
     // The trace's request mix, the workload fragmentation is measured against.
     let mut workload: BTreeMap<RequestKey, usize> = BTreeMap::new();
@@ -325,6 +326,7 @@ fn replay_with(
         outcomes,
         backfilled,
         allocated_gpu_ms,
+        cut_short,
         ..
     } = run;
 
@@ -355,6 +357,7 @@ fn replay_with(
             reserved: in_window.iter().filter(|&&w| w).count(),
             reserved_ran,
             reserved_missed: missed,
+            reserved_cut: cut_short,
             reserved_avg_wait_s,
             outside_avg_wait_s: waits(false).1,
         }
@@ -413,6 +416,8 @@ struct Run<'a> {
     waiting_for_gpus: usize,
     backfilled: usize,
     allocated_gpu_ms: f64,
+    /// Jobs stopped at their reservation's end before their run time was up.
+    cut_short: usize,
 }
 
 impl Run<'_> {
@@ -426,6 +431,13 @@ impl Run<'_> {
             (limit, None) => limit.unwrap_or(Millis::MAX),
         };
         let duration = self.jobs[i].run_time.min(limit);
+        self.cut_short += usize::from(
+            start.until.is_some()
+                && duration
+                    < self.jobs[i]
+                        .run_time
+                        .min(job.time_limit.unwrap_or(Millis::MAX)),
+        );
         self.slots.hold(&start.gpus, &request);
         self.free
             .hold(&start.gpus, &request)

@@ -99,7 +99,11 @@ pub struct Effect {
     pub reserved: usize,
     pub reserved_ran: usize,
     pub reserved_missed: usize,
-    /// The mean wait of the jobs that ran in the reservation, and of all the others.
+    /// Of those that ran, the ones stopped at the window's end before their run time was up
+    /// (the daemon ends them `timeout`); they count as done at that moment.
+    pub reserved_cut: usize,
+    /// The mean wait of the jobs that ran in the reservation, and of all the others (jobs that
+    /// never ran are in neither: see `reserved_missed`).
     pub reserved_avg_wait_s: f64,
     pub outside_avg_wait_s: f64,
 }

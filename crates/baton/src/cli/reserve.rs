@@ -46,19 +46,25 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             print_json(&view);
         } else {
             println!("{}", view.name);
-            eprintln!(
-                "cancelled reservation {}: GPU {} free again{}",
+            let mut note = format!(
+                "cancelled reservation {}: GPU {} no longer kept",
                 view.name,
-                GpuList(&view.gpus),
-                match (view.queued, view.running) {
-                    (0, 0) => String::new(),
-                    (q, r) => format!(
-                        "; its {q} queued job(s) end as failed, its {r} running one(s) run until \
-                         {}",
-                        local_minute(view.end_ms)
-                    ),
-                }
+                GpuList(&view.gpus)
             );
+            if view.queued > 0 {
+                note.push_str(&format!(
+                    "; its {} queued job(s) end as failed (a held one once released)",
+                    view.queued
+                ));
+            }
+            if view.running > 0 {
+                note.push_str(&format!(
+                    "; its {} running job(s) run on until {} and keep their GPUs until then",
+                    view.running,
+                    local_minute(view.end_ms)
+                ));
+            }
+            eprintln!("{note}");
         }
         return Ok(ExitCode::SUCCESS);
     }

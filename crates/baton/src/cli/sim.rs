@@ -67,6 +67,7 @@ pub struct Args {
     /// When the reservation begins, after the trace's first arrival (e.g. 120d) [default: 0s].
     #[arg(long, value_parser = parse_duration, value_name = "DUR", requires = "reserve_gpus")]
     reserve_start: Option<i64>,
+    /// How long the reservation lasts (e.g. 3d).
     #[arg(long, value_parser = parse_duration, value_name = "DUR", requires = "reserve_gpus")]
     reserve_duration: Option<i64>,
     /// The synthetic user (0 to --users minus 1) the reservation is for.
@@ -454,12 +455,13 @@ fn rules_notes(rules: &Rules, policies: &[Timed<Metrics>]) -> String {
         }
         if rules.reservation.is_some() {
             out.push_str(&format!(
-                "; the reservation ran {} of its {} jobs (mean wait {:.0} s, others {:.0} s), \
-                 {} never started in it",
+                "; the reservation ran {} of its {} jobs (mean wait {:.0} s, others {:.0} s; {} \
+                 stopped at its end), {} never started in it (left out of the means)",
                 e.reserved_ran,
                 e.reserved,
                 e.reserved_avg_wait_s,
                 e.outside_avg_wait_s,
+                e.reserved_cut,
                 e.reserved_missed
             ));
         }

@@ -51,11 +51,11 @@ impl Daemon {
         }
         let now = crate::clock::now_ms();
         let inner = self.lock();
-        let Some(r) = inner
-            .reservations
-            .iter()
-            .rev()
-            .find(|r| r.made.name == name)
+        // The one standing by that name, else the last made.
+        let named = || inner.reservations.iter().filter(|r| r.made.name == name);
+        let Some(r) = named()
+            .find(|r| r.stands(now))
+            .or_else(|| named().max_by_key(|r| r.id))
         else {
             let standing: Vec<&str> = inner
                 .reservations
@@ -110,17 +110,25 @@ impl Daemon {
 
     /// Why a job in a reservation can never start: the reservation was cancelled or ended.
     pub(crate) fn reservation_gone_reason(&self, inner: &Inner, job: JobId) -> String {
-        let Some(r) = inner.jobs.get(job).and_then(|j| j.reservation.clone()) else {
+        let Some(record) = inner.jobs.get(job) else {
             return "its reservation no longer stands".into();
         };
-        let record = inner.reservations.iter().find(|x| x.id == r.id);
-        match record.and_then(|x| x.cancelled.clone()) {
+        let Some(r) = record.reservation.clone() else {
+            return "its reservation no longer stands".into();
+        };
+        let what = if record.attempt() > 0 {
+            "its next attempt"
+        } else {
+            "it"
+        };
+        let reservation = inner.reservations.iter().find(|x| x.id == r.id);
+        match reservation.and_then(|x| x.cancelled.clone()) {
             Some((_, by)) => format!(
-                "its reservation {} was cancelled by {by} before it could start",
+                "its reservation {} was cancelled by {by} before {what} could start",
                 r.name
             ),
             None => format!(
-                "its reservation {} ended at {} before it could start",
+                "its reservation {} ended at {} before {what} could start",
                 r.name,
                 crate::clock::local_minute(r.end)
             ),

@@ -71,7 +71,9 @@ pub async fn create(
     if users.is_empty() {
         users.push(caller.clone());
     }
-    let gpu_ms = i64::from(req.gpus) * (req.end_ms - start);
+    // What a user's reservation costs their allowance: its GPUs from now to its end, since jobs
+    // without a time limit keep off them from the moment it is made.
+    let gpu_ms = i64::from(req.gpus) * (req.end_ms - now);
     let manages = daemon.manages_reservations(&peer);
     if !manages && users != [caller.clone()] {
         return Err(ApiError::Forbidden(format!(
@@ -95,12 +97,13 @@ pub async fn create(
             .reservations
             .iter()
             .filter(|r| r.stands(now) && r.made.created_by == caller)
-            .map(|r| r.made.gpus.len() as i64 * (r.made.end - r.made.start.max(now)))
+            .map(|r| r.made.gpus.len() as i64 * (r.made.end - now))
             .sum();
         if held + gpu_ms > cap.0 {
             let hours = baton_core::limits::gpu_hours;
             return Err(ApiError::Forbidden(format!(
-                "this reservation keeps {} GPU-hours and {caller}'s standing ones {}: more than \
+                "this reservation keeps {} GPU-hours from now to its end (jobs without a time \
+                 limit keep off its GPUs from now on) and {caller}'s standing ones {}: more than \
                  the {} a user may keep (`[limits] max_reserved_gpu_hours_per_user`)",
                 hours(gpu_ms),
                 hours(held),
@@ -151,7 +154,18 @@ pub async fn create(
     })?;
     let name = match &req.name {
         Some(name) => name.clone(),
-        None => format!("resv-{}", inner.jobs.store().max_reservation_id()? + 1),
+        None => {
+            // Its id, unless a standing reservation was given that name.
+            let mut n = inner.jobs.store().max_reservation_id()? + 1;
+            while inner
+                .reservations
+                .iter()
+                .any(|r| r.stands(now) && r.made.name == format!("resv-{n}"))
+            {
+                n += 1;
+            }
+            format!("resv-{n}")
+        }
     };
     let new = NewReservation {
         name,

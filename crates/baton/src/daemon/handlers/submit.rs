@@ -196,7 +196,8 @@ pub(super) fn queue_outlook(
             .get(d.job)
             .is_some_and(|dep| !dep.state().is_terminal())
     });
-    if ahead > 0 || waits_on_deps || job.held_by().is_some() {
+    // A job in a reservation starts within its window, as its note says; no bound here.
+    if ahead > 0 || waits_on_deps || job.held_by().is_some() || job.reservation.is_some() {
         return (ahead, None);
     }
     let running: Vec<baton_core::RunningJob> = inner
@@ -207,10 +208,7 @@ pub(super) fn queue_outlook(
             id: j.id,
             gpus: j.gpus().to_vec(),
             request: j.request,
-            ends_by: j
-                .time_limit
-                .zip(j.started_at())
-                .map(|(l, s)| s.saturating_add(l)),
+            ends_by: j.ends_by(),
         })
         .collect();
     let now = now_ms();
@@ -218,16 +216,29 @@ pub(super) fn queue_outlook(
     for r in &running {
         held.occupy(&r.gpus, &r.request);
     }
-    // Not before its `--begin`.
+    // Not before its `--begin`; and off the GPUs of the reservations it would run into.
     let not_before = job.begin_at.map_or(now, |t| t.max(now));
+    let windows = daemon.windows(inner, now);
+    if job.request.count > 0 {
+        let ends_by = job.time_limit.map(|l| not_before.saturating_add(l));
+        held.withhold(&baton_core::windows::kept_from(
+            &windows, not_before, ends_by,
+        ));
+    }
     let fits_now = held.choose(&job.request).is_some();
     if fits_now {
         return (0, Some(not_before));
     }
     (
         0,
-        baton_core::earliest_start(&daemon.machine, &running, &job.request)
-            .map(|t| t.max(not_before)),
+        baton_core::scheduler::earliest_start_beside(
+            &daemon.machine,
+            &running,
+            &job.request,
+            (&windows, now),
+            job.time_limit,
+        )
+        .map(|t| t.max(not_before)),
     )
 }
 
