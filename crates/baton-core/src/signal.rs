@@ -126,9 +126,77 @@ pub fn name(n: i32) -> String {
     }
 }
 
+/// A job's checkpoint signal (`--signal SIG[@SECS]`, as Slurm's `--signal`): `signal` comes
+/// `lead_ms` before the job's time limit, so that it can save its state and exit before it is
+/// stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CheckpointSignal {
+    pub signal: i32,
+    pub lead_ms: crate::Millis,
+}
+
+/// The lead when `--signal` gives none: a minute, Slurm's default.
+pub const DEFAULT_LEAD_MS: crate::Millis = 60_000;
+
+/// `USR1`, `SIGUSR2@90`, `10@30`: a signal and, after `@`, whole seconds before the time limit.
+pub fn parse_checkpoint(text: &str) -> Result<CheckpointSignal, String> {
+    let (sig, lead) = match text.trim().split_once('@') {
+        Some((sig, secs)) => {
+            let secs: u32 = secs.trim().parse().map_err(|_| {
+                format!("{text:?}: after @ comes whole seconds before the time limit (USR1@60)")
+            })?;
+            if secs == 0 {
+                return Err(format!(
+                    "{text:?}: the signal must come at least 1 s before the time limit"
+                ));
+            }
+            (sig, crate::Millis::from(secs) * 1000)
+        }
+        None => (text, DEFAULT_LEAD_MS),
+    };
+    let signal = parse(sig).map_err(|e| format!("{text:?}: {e}"))?;
+    if signal == 9 || signal == 19 {
+        return Err(format!(
+            "{text:?}: {} cannot be caught, so no job can checkpoint on it",
+            name(signal)
+        ));
+    }
+    Ok(CheckpointSignal {
+        signal,
+        lead_ms: lead,
+    })
+}
+
+impl std::fmt::Display for CheckpointSignal {
+    /// `SIGUSR1@60`, as `--signal` takes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", name(self.signal), self.lead_ms / 1000)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_checkpoint_signal_reads_as_slurm_writes_it() {
+        let c = parse_checkpoint("USR1").unwrap();
+        assert_eq!((c.signal, c.lead_ms), (10, 60_000));
+        assert_eq!(c.to_string(), "SIGUSR1@60");
+        let c = parse_checkpoint("SIGUSR2@90").unwrap();
+        assert_eq!((c.signal, c.lead_ms), (12, 90_000));
+        assert_eq!(parse_checkpoint("10@5").unwrap().lead_ms, 5_000);
+        for bad in [
+            "USR1@", "USR1@-3", "USR1@0", "USR1@1.5", "NOPE@3", "KILL", "@30",
+        ] {
+            assert!(parse_checkpoint(bad).is_err(), "{bad}");
+        }
+        assert!(
+            parse_checkpoint("KILL@5")
+                .unwrap_err()
+                .contains("cannot be caught")
+        );
+    }
 
     #[test]
     fn names_numbers_and_prefixes_all_read() {

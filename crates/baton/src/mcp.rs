@@ -157,6 +157,10 @@ struct SubmitJobArgs {
     /// window, runs on the reservation's GPUs and is stopped at the window's end.
     #[serde(default)]
     reservation: Option<String>,
+    /// A checkpoint signal, "SIG[@SECS]" (e.g. "USR1@60"): SIG comes SECS seconds before the
+    /// time limit so that the job can save and exit. Needs time_limit (or a reservation).
+    #[serde(default)]
+    signal: Option<String>,
     /// Wall-clock limit, e.g. "90m", "2h". Strongly recommended: it lets baton predict starts
     /// and backfill, and ends a stuck run.
     #[serde(default)]
@@ -1183,6 +1187,7 @@ impl BatonTools {
         };
         let job = Job {
             reservation: args.reservation,
+            signal: args.signal,
             command: args.command,
             name: args.name,
             gpus: args.gpus.unwrap_or(0),

@@ -74,6 +74,10 @@ pub struct SubmitRequest {
     /// Run it in this reservation (`--reservation NAME`): within its window, on its GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
+    /// Its checkpoint signal, `SIG[@SECS]` (`--signal`): SIG comes SECS (default 60) before its
+    /// time limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
     /// Absolute path of a file the job reads as its stdin (else /dev/null).
     #[serde(default)]
     pub stdin: Option<String>,
@@ -141,6 +145,7 @@ impl std::fmt::Debug for SubmitRequest {
             begin_at_ms,
             hold,
             reservation,
+            signal,
             stdin,
             stop_on,
             wake_on,
@@ -173,6 +178,7 @@ impl std::fmt::Debug for SubmitRequest {
             .field("begin_at_ms", begin_at_ms)
             .field("hold", hold)
             .field("reservation", reservation)
+            .field("signal", signal)
             .field("stdin", stdin)
             .field("stop_on", stop_on)
             .field("wake_on", wake_on)
@@ -316,6 +322,9 @@ pub struct JobView {
     /// The reservation it runs in (`--reservation`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
+    /// Its checkpoint signal and how long before its time limit it comes: `SIGUSR1@60`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_signal: Option<String>,
     /// The file it reads as stdin (`--stdin`); null: /dev/null.
     #[serde(default)]
     pub stdin: Option<String>,

@@ -59,6 +59,11 @@ pub struct Args {
     /// runs on the reservation's GPUs and is stopped at the window's end, as by a time limit.
     #[arg(long, value_name = "NAME")]
     reservation: Option<String>,
+    /// Send SIG (default USR1) SECS seconds (default 60) before the time limit, so that the job
+    /// can save a checkpoint and exit, as Slurm's --signal: USR1, USR2@120, 10@30. Needs
+    /// --time-limit (or a reservation, whose end is then the limit).
+    #[arg(long, value_name = "SIG[@SECS]")]
+    signal: Option<String>,
     /// A variable for the job, on top of this shell's environment (repeatable).
     #[arg(long = "env", value_parser = parse_env, value_name = "KEY=VALUE")]
     env: Vec<(String, String)>,
@@ -212,6 +217,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<()> {
         },
         hold: args.hold,
         reservation: args.reservation.clone(),
+        signal: args.signal.clone(),
         stdin: args.stdin.clone(),
         stop_on: args.stop_on.clone(),
         wake_on: args.wake_on,

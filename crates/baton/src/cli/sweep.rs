@@ -199,6 +199,7 @@ fn sweep_request(
     };
     let job = request::Job {
         reservation: None,
+        signal: None,
         command: spec.command,
         name: spec.name,
         gpus: spec.gpus,

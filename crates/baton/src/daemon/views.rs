@@ -76,6 +76,7 @@ pub fn job_view(job: &JobRecord) -> JobView {
         held_by: job.held_by().map(str::to_string),
         begin_at: job.begin_at.map(rfc3339),
         reservation: job.reservation.as_ref().map(|r| r.name.clone()),
+        checkpoint_signal: job.signal.map(|s| s.to_string()),
         stdin: job.stdin.clone(),
         tags: job.tags.clone(),
         notify: job.notify.iter().map(|c| c.public_spec()).collect(),

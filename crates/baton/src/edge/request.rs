@@ -42,6 +42,8 @@ pub struct Job {
     pub hold: bool,
     /// The reservation to run in (`--reservation NAME`).
     pub reservation: Option<String>,
+    /// Its checkpoint signal, `SIG[@SECS]` (`--signal`).
+    pub signal: Option<String>,
     /// A file the job reads as stdin, as the caller gave it (made absolute here).
     pub stdin: Option<PathBuf>,
     /// Mid-run detectors that end it as failed (`--stop-on`).
@@ -88,6 +90,7 @@ pub fn submit_request(job: Job, context: AgentContext) -> Result<SubmitRequest, 
         begin_at_ms: job.begin_at_ms,
         hold: job.hold,
         reservation: job.reservation,
+        signal: job.signal,
         stdin: match &job.stdin {
             Some(path) => Some(stdin_file(path)?.display().to_string()),
             None => None,

@@ -188,6 +188,7 @@ impl LocalBackend {
             cpus: job.request.cpus,
             mem_limit: (job.request.mem > 0).then_some(job.request.mem),
             stdin: job.stdin.clone(),
+            checkpoint: job.signal,
         })
     }
 

@@ -89,6 +89,10 @@ pub struct Launch {
     /// A file the job reads as its stdin (else /dev/null), opened as the job's user.
     #[serde(default)]
     pub stdin: Option<String>,
+    /// Its checkpoint signal (`--signal`): sent to every process `lead_ms` before the time
+    /// limit.
+    #[serde(default)]
+    pub checkpoint: Option<baton_core::signal::CheckpointSignal>,
 }
 
 /// How an attempt ended, as the supervisor saw it.
@@ -113,6 +117,9 @@ pub struct ExitRecord {
     /// Killed for using more memory than it reserved (the reservation, in bytes).
     #[serde(default)]
     pub memory_exceeded: Option<u64>,
+    /// Its checkpoint signal was sent (`--signal`), so long before its time limit.
+    #[serde(default)]
+    pub checkpoint_signalled: bool,
 }
 
 /// One line of the supervisor's record.
@@ -692,6 +699,7 @@ mod tests {
             ended_at: 5,
             oom_kills,
             memory_exceeded: None,
+            checkpoint_signalled: false,
         })
     }
 
@@ -739,6 +747,7 @@ mod tests {
                 ended_at: 5,
                 oom_kills: None,
                 memory_exceeded: None,
+                checkpoint_signalled: false,
             })
         };
         let claimed = |attempt| SupervisorEvent::Claimed { attempt, pid: 7 };

@@ -63,6 +63,8 @@ pub struct JobRecord {
     pub params: baton_core::sweep::Params,
     /// The reservation it runs in (`--reservation`).
     pub reservation: Option<InReservation>,
+    /// Its checkpoint signal (`--signal SIG[@SECS]`): sent that long before its time limit.
+    pub signal: Option<baton_core::signal::CheckpointSignal>,
     /// Its status and attempts: private, so that only the store (from a transition) makes it.
     life: Life,
 }
@@ -98,6 +100,7 @@ pub struct NewJob {
     pub sweep: Option<SweepRun>,
     pub params: baton_core::sweep::Params,
     pub reservation: Option<InReservation>,
+    pub signal: Option<baton_core::signal::CheckpointSignal>,
 }
 
 /// The reservation a job runs in (`--reservation NAME`), as it was when the job was submitted:
@@ -150,6 +153,7 @@ impl std::fmt::Debug for JobRecord {
             sweep,
             params,
             reservation,
+            signal,
             life,
         } = self;
         f.debug_struct("JobRecord")
@@ -181,6 +185,7 @@ impl std::fmt::Debug for JobRecord {
             .field("sweep", sweep)
             .field("params", params)
             .field("reservation", reservation)
+            .field("signal", signal)
             .field("life", life)
             .finish()
     }
@@ -216,6 +221,7 @@ impl std::fmt::Debug for NewJob {
             sweep,
             params,
             reservation,
+            signal,
         } = self;
         f.debug_struct("NewJob")
             .field("name", name)
@@ -245,6 +251,7 @@ impl std::fmt::Debug for NewJob {
             .field("sweep", sweep)
             .field("params", params)
             .field("reservation", reservation)
+            .field("signal", signal)
             .finish()
     }
 }
@@ -317,6 +324,7 @@ impl JobRecord {
             sweep,
             params,
             reservation,
+            signal,
             life,
         } = self;
         JobRecord {
@@ -348,6 +356,7 @@ impl JobRecord {
             sweep: *sweep,
             params: params.clone(),
             reservation: reservation.clone(),
+            signal: *signal,
             life: life.clone(),
         }
     }
@@ -586,6 +595,7 @@ impl NewJob {
             sweep: None,
             params: Vec::new(),
             reservation: None,
+            signal: None,
         }
     }
 }
@@ -643,6 +653,7 @@ columns!(
         stop_reason,
         wake,
         reservation,
+        checkpoint_signal,
     }
 );
 
@@ -1081,6 +1092,7 @@ pub(super) fn queued_record(id: JobId, job: NewJob) -> JobRecord {
         sweep: job.sweep,
         params: job.params,
         reservation: job.reservation,
+        signal: job.signal,
         life,
     }
 }
@@ -1093,9 +1105,9 @@ pub(super) fn insert_job(
         "INSERT INTO jobs (name, state, command, cwd, env, owner_uid, owner, priority, \
          gpus_requested, gpu_mem, time_limit_ms, retries, attempt, deps, tags, submitted_at, gpus, umask, \
          notify, session, workflow_id, task, critical_path_ms, cpus, mem, begin_at, stdin, held_by, \
-         reason, sweep_id, sweep_index, params, stop_on, wake, reservation) \
+         reason, sweep_id, sweep_index, params, stop_on, wake, reservation, checkpoint_signal) \
          VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, '[]', ?15, ?16, ?17, \
-         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
+         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)",
     )?
     .execute(params![
         default_name(job),
@@ -1130,6 +1142,7 @@ pub(super) fn insert_job(
         stop_on_text(&job.stop_on),
         (!job.wake.is_empty()).then(|| json(&job.wake)),
         job.reservation.as_ref().map(json),
+        job.signal.as_ref().map(json),
     ])?;
     let id = tx.last_insert_rowid() as u64;
     log_event(tx, id, job.submitted_at, "submitted", &job.owner)?;
@@ -1288,6 +1301,12 @@ fn read_row(r: &Row<'_>, c: &JobColumns) -> rusqlite::Result<Result<JobRecord, S
                 Some(t) => Some(
                     serde_json::from_str(&t).map_err(|e| corrupt(format!("reservation: {e}")))?,
                 ),
+                None => None,
+            },
+            signal: match r.get::<_, Option<String>>(c.checkpoint_signal)? {
+                Some(t) => {
+                    Some(serde_json::from_str(&t).map_err(|e| corrupt(format!("signal: {e}")))?)
+                }
                 None => None,
             },
             life,

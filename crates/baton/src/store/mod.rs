@@ -251,6 +251,10 @@ mod tests {
                 name: "deadline".into(),
                 end: 9_000,
             }),
+            signal: Some(baton_core::signal::CheckpointSignal {
+                signal: 10,
+                lead_ms: 30_000,
+            }),
             stdin: Some("/tmp/input.txt".into()),
             stop_on: vec![baton_core::midrun::Detector::Nan],
             wake: baton_core::midrun::Milestones::parse(baton_core::midrun::AskedMilestones {

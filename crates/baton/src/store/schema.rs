@@ -248,6 +248,8 @@ const MIGRATIONS: &[&str] = &[
         cancelled_by TEXT
     );
     ALTER TABLE jobs ADD COLUMN reservation TEXT;",
+    // 20: a job's checkpoint signal (`--signal SIG[@SECS]`), as JSON.
+    "ALTER TABLE jobs ADD COLUMN checkpoint_signal TEXT;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<(), StoreError> {

@@ -129,6 +129,7 @@ fn submission_of(job: &JobRecord, req: ResubmitRequest) -> SubmitRequest {
             .chain(job.wake.stop_when.iter().map(|c| c.text()))
             .collect(),
         wake_every_ms: job.wake.wake_every_ms,
+        signal: job.signal.map(|s| s.to_string()),
         ..SubmitRequest::default()
     }
 }

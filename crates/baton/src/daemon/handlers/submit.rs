@@ -360,8 +360,39 @@ pub(super) fn validate(
     let (env, notify) =
         env_and_channels(daemon, peer, req.env, &req.notify, &req.context, &req.cwd)?;
     let session = req.context.session();
+    let signal = match &req.signal {
+        Some(text) => {
+            let signal = baton_core::signal::parse_checkpoint(text)
+                .map_err(|e| ApiError::BadRequest(format!("--signal {e}")))?;
+            // Its time limit: its own, or its reservation's window.
+            let limit = match (req.time_limit_ms, &reservation) {
+                (Some(own), _) => Some(own),
+                (None, Some(r)) => Some(r.end - now_ms()),
+                (None, None) => None,
+            };
+            match limit {
+                None => {
+                    return bad(format!(
+                        "--signal {text}: it comes before the time limit, and this job has \
+                         none; give --time-limit too"
+                    ));
+                }
+                Some(limit) if signal.lead_ms >= limit => {
+                    return bad(format!(
+                        "--signal {text}: {} s before a time limit of {} is before the job \
+                         starts; give a shorter lead (SIG@SECS)",
+                        signal.lead_ms / 1000,
+                        baton_core::units::format_duration(limit)
+                    ));
+                }
+                Some(_) => Some(signal),
+            }
+        }
+        None => None,
+    };
     Ok(NewJob {
         reservation,
+        signal,
         begin_at: req.begin_at_ms,
         stdin: req.stdin,
         stop_on,

@@ -146,6 +146,7 @@ pub async fn submit(
                 let cwd = task_cwd(task, &req.base_dir);
                 let job = NewJob {
                     reservation: None,
+                    signal: None,
                     name: Some(format!("{}/{}", spec.name, task.name)),
                     command: task.command.clone(),
                     cwd,

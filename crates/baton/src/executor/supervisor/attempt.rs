@@ -145,6 +145,8 @@ pub struct Attempt {
     exit: ExitRecord,
     phase: Phase,
     deadline: Option<Instant>,
+    /// When its checkpoint signal is due (`--signal`), until it has been sent.
+    checkpoint_at: Option<(Instant, Signal)>,
     /// When set, the attempt has been asked to stop and is killed outright at this instant.
     kill_at: Option<Instant>,
     killed: bool,
@@ -235,6 +237,7 @@ impl Attempt {
             exit: ExitRecord::new(launch.attempt),
             phase: Phase::Over,
             deadline: None,
+            checkpoint_at: None,
             kill_at: None,
             killed: false,
             next_memory_look: now + limits::WATCH_INTERVAL,
@@ -266,6 +269,12 @@ impl Attempt {
                 attempt.deadline = launch
                     .time_limit_ms
                     .map(|ms| now + Duration::from_millis(ms.max(0) as u64));
+                attempt.checkpoint_at = launch.checkpoint.zip(attempt.deadline).map(|(c, d)| {
+                    let lead = Duration::from_millis(c.lead_ms.max(0) as u64);
+                    // SAFETY: the daemon sends only signals `signal::parse` accepts (1-64).
+                    let sig = unsafe { Signal::from_raw_unchecked(c.signal) };
+                    (d.checked_sub(lead).unwrap_or(now).max(now), sig)
+                });
             }
             Err(e) => {
                 attempt.exit.exit_code = Some(match e.kind() {
@@ -325,6 +334,9 @@ impl Attempt {
         match self.phase {
             Phase::Running { .. } => [
                 self.deadline.filter(|_| self.kill_at.is_none()),
+                self.checkpoint_at
+                    .map(|(at, _)| at)
+                    .filter(|_| self.kill_at.is_none()),
                 self.kill_at.filter(|_| !self.killed),
                 Some(self.next_memory_look)
                     .filter(|_| self.watched_memory.is_some() && !self.killed),
@@ -366,6 +378,15 @@ impl Attempt {
     }
 
     fn advance_running(&mut self, now: Instant) {
+        if let Some((at, sig)) = self.checkpoint_at
+            && now >= at
+            && self.kill_at.is_none()
+        {
+            // Once: to every process of the job, as Slurm's --signal sends it to all steps.
+            self.procs.get().signal(sig);
+            self.exit.checkpoint_signalled = true;
+            self.checkpoint_at = None;
+        }
         if self.deadline.is_some_and(|d| now >= d) && self.kill_at.is_none() {
             self.exit.timed_out = true;
             self.ask_to_stop(now);
@@ -519,6 +540,7 @@ impl ExitRecord {
             ended_at: 0,
             oom_kills: None,
             memory_exceeded: None,
+            checkpoint_signalled: false,
         }
     }
 }
@@ -542,6 +564,7 @@ mod tests {
             cpus: 1,
             mem_limit: None,
             stdin: None,
+            checkpoint: None,
         }
     }
 
