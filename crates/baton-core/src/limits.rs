@@ -24,6 +24,9 @@ pub enum Account {
     User(u32),
     /// `claude:ID`, `codex:ID`, ... as the job's session says.
     Session(String),
+    /// A group whose members share a GPU-hour budget (`gpu_hours_per_group`); it has no cap
+    /// on what it holds at once.
+    Group(String),
 }
 
 /// The most an account may hold at once (`None`: no cap on that resource).
@@ -290,6 +293,8 @@ fn key(account: &Account, resource: Resource) -> &'static str {
         (Account::Session(_), Resource::Gpus) => "max_gpus_per_session",
         (Account::Session(_), Resource::Cpus) => "max_cpus_per_session",
         (Account::Session(_), Resource::Memory) => "max_mem_per_session",
+        // A group has a budget only, never a cap on what it holds, so no reason names one.
+        (Account::Group(_), _) => "gpu_hours_per_group",
     }
 }
 

@@ -308,6 +308,9 @@ pub struct UserCaps {
     pub max_queued_per_user: Option<u32>,
     pub max_gpus_per_job: Option<u32>,
     pub gpu_hours_per_user: Option<GpuHours>,
+    /// Only in `[limits.groups.NAME]`: GPU-hours per period the group's members share, all of
+    /// their jobs counted together (on top of each one's own budget, if any).
+    pub gpu_hours_per_group: Option<GpuHours>,
 }
 
 /// GPU-hours as config.toml gives them (`40`, `0.5`), kept as GPU-milliseconds.
@@ -347,6 +350,9 @@ pub struct ResolvedCaps {
     pub max_gpus_per_job: Option<(u32, String)>,
     /// GPU-hours per period, and where that is set.
     pub budget: Option<(GpuHours, String)>,
+    /// The pooled budgets of the user's groups (`gpu_hours_per_group`): each group's name and
+    /// budget.
+    pub group_budgets: Vec<(String, GpuHours)>,
 }
 
 impl LimitSettings {
@@ -359,6 +365,7 @@ impl LimitSettings {
             max_queued_per_user: self.max_queued_per_user,
             max_gpus_per_job: self.max_gpus_per_job,
             gpu_hours_per_user: self.gpu_hours_per_user,
+            gpu_hours_per_group: None,
         }
     }
 
@@ -425,6 +432,12 @@ impl LimitSettings {
             max_queued: pick(&layers, |c| c.max_queued_per_user),
             max_gpus_per_job: pick(&layers, |c| c.max_gpus_per_job),
             budget: pick(&layers, |c| c.gpu_hours_per_user),
+            group_budgets: self
+                .groups
+                .iter()
+                .filter(|(group, _)| groups.contains(group))
+                .filter_map(|(group, caps)| Some((group.clone(), caps.gpu_hours_per_group?)))
+                .collect(),
         }
     }
 }
@@ -605,6 +618,19 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             message: "[limits] connections and connections_per_user must be at least 1, and \
                       request_timeout at least 100ms"
                 .into(),
+        });
+    }
+    if let Some(user) = l
+        .users
+        .iter()
+        .find_map(|(name, caps)| caps.gpu_hours_per_group.map(|_| name))
+    {
+        return Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: format!(
+                "[limits.users.{user}] gpu_hours_per_group: a budget a group's members share \
+                 belongs under [limits.groups.NAME] (a user's own is gpu_hours_per_user)"
+            ),
         });
     }
     if l.admins.iter().any(|a| a.trim().is_empty()) {

@@ -953,6 +953,14 @@ impl BatonTools {
                         };
                         text.push_str(&format!("  GPU-hour budget: {budget}{state}\n"));
                     }
+                    for budget in &r.group_budgets {
+                        let state = if budget.spent() {
+                            "; used up: the group's queued jobs that ask for GPUs wait for the reset"
+                        } else {
+                            ""
+                        };
+                        text.push_str(&format!("  pooled GPU-hour budget: {budget}{state}\n"));
+                    }
                 }
                 done(text, json!({ "users": rows }))
             }

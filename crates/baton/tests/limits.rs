@@ -233,3 +233,65 @@ fn a_budget_that_is_not_a_positive_number_is_refused_with_its_line() {
         "{out:?}"
     );
 }
+
+/// The current user's primary group, as `id -gn` names it.
+fn primary_group() -> String {
+    let out = std::process::Command::new("id")
+        .arg("-gn")
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn a_groups_pooled_budget_counts_every_members_jobs_together() {
+    // 0.0003 GPU-hours, 1.08 GPU-seconds, for the whole group: one GPU held 1.5 s spends it.
+    let group = primary_group();
+    let b = start(
+        2,
+        &format!(
+            "budget_period = \"day\"\n\n[limits.groups.{group}]\ngpu_hours_per_group = 0.0003\n"
+        ),
+    );
+    let first = b.submit(&["--gpus", "1", "--", "sleep", "1.5"]);
+    b.wait_ok(&[first]);
+    let second = b.submit(&["--gpus", "1", "--", "true"]);
+    let reason = b.wait_reason(second);
+    assert!(
+        reason.starts_with(&format!("budget: group {group} has used 0.000"))
+            && reason.ends_with(&format!(
+                "([limits.groups.{group}] gpu_hours_per_group = 0.0003)"
+            )),
+        "{reason}"
+    );
+    let cpu = b.submit(&["--", "true"]);
+    b.wait_ok(&[cpu]);
+    let usage = b.run(&["usage", "--json"]).expect(0).json();
+    let pooled = &usage[0]["group_budgets"][0];
+    assert!(
+        pooled["who"] == format!("group {group}") && pooled["used_ms"].as_i64().unwrap() >= 1_080,
+        "{usage}"
+    );
+    let table = b.run(&["usage"]).expect(0).stdout;
+    assert!(
+        table.contains(&format!("used up, GPU jobs wait: group {group} has used")),
+        "{table}"
+    );
+}
+
+#[test]
+fn a_pooled_budget_outside_a_group_is_refused() {
+    let b = Baton::unstarted();
+    std::fs::create_dir_all(&b.home).unwrap();
+    std::fs::write(
+        b.home.join("config.toml"),
+        "[limits.users.alice]\ngpu_hours_per_group = 3\n",
+    )
+    .unwrap();
+    let out = b.run(&["serve", "--sim-gpus", "1"]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("belongs under [limits.groups.NAME]"),
+        "{out:?}"
+    );
+}

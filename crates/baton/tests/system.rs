@@ -1256,3 +1256,67 @@ fn a_reservation_is_for_its_users_and_users_reserve_only_within_their_allowance(
     as_user(&b, &bob, &["cancel", &both.to_string()]).expect(0);
     as_user(&b, &alice, &["cancel", &mine.to_string()]).expect(0);
 }
+
+/// A group made for one test, removed after it.
+struct TestGroup(String);
+
+impl Drop for TestGroup {
+    fn drop(&mut self) {
+        let _ = Command::new("groupdel").arg(&self.0).output();
+    }
+}
+
+/// Issue 19: a group's pooled GPU-hour budget counts all its members' jobs together: alice's
+/// job spends it, and bob's next GPU job waits for the reset, saying whose budget it is.
+#[test]
+fn a_groups_pooled_budget_is_spent_by_one_member_for_all() {
+    if !is_root() || !have("groupadd") || !have("usermod") {
+        eprintln!("SKIPPED: needs root, groupadd and usermod");
+        return;
+    }
+    let group = TestGroup(format!("baton-pg-{}", std::process::id()));
+    run_cmd({
+        let mut c = Command::new("groupadd");
+        c.arg(&group.0);
+        c
+    })
+    .expect(0);
+    let Some(Shared { b, alice, bob }) = shared_daemon(
+        "y",
+        &format!(
+            "[limits]\nbudget_period = \"day\"\n\n[limits.groups.{}]\ngpu_hours_per_group = 0.0003\n",
+            group.0
+        ),
+    ) else {
+        return;
+    };
+    for user in [&alice, &bob] {
+        run_cmd({
+            let mut c = Command::new("usermod");
+            c.args(["-aG", &group.0, &user.name]);
+            c
+        })
+        .expect(0);
+    }
+    let spent = submit_as_with(&b, &alice, &["--gpus", "1"], "sleep 1.5");
+    b.wait_ok(&[spent]);
+    let waits = submit_as_with(&b, &bob, &["--gpus", "1"], "true");
+    let reason = b.wait_reason(waits);
+    assert!(
+        reason.starts_with(&format!("budget: group {} has used ", group.0)),
+        "{reason}"
+    );
+    let usage = as_user(&b, &bob, &["usage", "--json"]).expect(0).json();
+    let bobs = usage
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["user"] == bob.name.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("no row for bob: {usage}"));
+    assert!(
+        bobs["group_budgets"][0]["used_ms"].as_i64().unwrap() >= 1_080,
+        "{usage}"
+    );
+    as_user(&b, &bob, &["cancel", &waits.to_string()]).expect(0);
+}

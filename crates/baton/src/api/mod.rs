@@ -1137,6 +1137,9 @@ pub struct UsageRow {
     /// Their GPU-hours this period against their budget (`[limits] gpu_hours_per_user`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<baton_core::limits::BudgetUse>,
+    /// The pooled budgets of their groups (`gpu_hours_per_group`): what all members used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub group_budgets: Vec<baton_core::limits::BudgetUse>,
 }
 
 /// `POST /v1/reservations`: keep GPUs for some users for a window of time (`baton reserve`).

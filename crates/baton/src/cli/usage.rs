@@ -17,7 +17,14 @@ pub fn run(json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     print!("{}", table(&rows));
-    for budget in rows.iter().filter_map(|r| r.budget.as_ref()) {
+    // A group's pooled budget once, however many of its members are shown.
+    let mut groups: Vec<&baton_core::limits::BudgetUse> = Vec::new();
+    for g in rows.iter().flat_map(|r| &r.group_budgets) {
+        if !groups.iter().any(|x| x.who == g.who) {
+            groups.push(g);
+        }
+    }
+    for budget in rows.iter().filter_map(|r| r.budget.as_ref()).chain(groups) {
         let state = if budget.spent() {
             "used up, GPU jobs wait"
         } else {
@@ -32,6 +39,7 @@ pub fn run(json: bool) -> anyhow::Result<ExitCode> {
             && r.max_queued.is_none()
             && r.max_gpus_per_job.is_none()
             && r.budget.is_none()
+            && r.group_budgets.is_empty()
     }) {
         println!("no limits: `[limits] max_gpus_per_user` and the rest in config.toml set them");
     }
@@ -106,6 +114,7 @@ mod tests {
                 resets: "Monday 2026-12-14 00:00".into(),
                 setting: "[limits] gpu_hours_per_user = 40".into(),
             }),
+            group_budgets: Vec::new(),
         };
         let text = table(&[row]);
         let line = text.lines().nth(1).unwrap();

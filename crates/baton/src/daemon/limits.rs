@@ -65,17 +65,92 @@ impl Daemon {
                 });
                 accounts.push(account);
             }
+            for (group, _) in &self.user_caps(job.owner_uid).group_budgets {
+                accounts.push(Account::Group(group.clone()));
+            }
             limits.accounts_of.insert(job.id, accounts);
         }
         let now = crate::clock::now_ms();
         let owners: std::collections::BTreeSet<u32> =
             inner.jobs.active().map(|j| j.owner_uid).collect();
+        let mut groups: std::collections::BTreeSet<String> = Default::default();
         for uid in owners {
             if let Some(budget) = self.budget_use(inner, uid, now) {
                 limits.budgets.insert(Account::User(uid), budget);
             }
+            groups.extend(
+                self.user_caps(uid)
+                    .group_budgets
+                    .iter()
+                    .map(|g| g.0.clone()),
+            );
+        }
+        for group in groups {
+            if let Some(budget) = self.group_budget_use(inner, &group, now) {
+                limits.budgets.insert(Account::Group(group), budget);
+            }
         }
         limits
+    }
+
+    /// What group `group`'s members have used together of its pooled GPU-hour budget this
+    /// period (`[limits.groups.NAME] gpu_hours_per_group`): every member's ended attempts'
+    /// holds from the store, and their running jobs' until `now`.
+    pub(crate) fn group_budget_use(
+        &self,
+        inner: &Inner,
+        group: &str,
+        now: Millis,
+    ) -> Option<BudgetUse> {
+        let GpuHours(budget_ms) = self.config.limits.groups.get(group)?.gpu_hours_per_group?;
+        let member = |uid: u32| {
+            self.user_caps(uid)
+                .group_budgets
+                .iter()
+                .any(|(g, _)| g == group)
+        };
+        let period = self.config.limits.budget_period;
+        let (since, resets_at, resets) = crate::clock::period_bounds(now, period);
+        let ended: i64 = inner
+            .jobs
+            .store()
+            .gpu_ms_held_since_by_owner(since)
+            .unwrap_or_else(|e| {
+                tracing::warn!(group, "cannot read GPU-hours held: {e}");
+                Vec::new()
+            })
+            .into_iter()
+            .filter(|(uid, _)| member(*uid))
+            .map(|(_, ms)| ms)
+            .sum();
+        let running: i64 = inner
+            .jobs
+            .active()
+            .filter(|j| j.state() == JobState::Running && member(j.owner_uid))
+            .filter_map(|j| Some(j.gpus_held() * (now - j.started_at()?.max(since)).max(0)))
+            .sum();
+        Some(BudgetUse {
+            who: format!("group {group}"),
+            used_ms: ended + running,
+            budget_ms,
+            period,
+            since,
+            resets_at,
+            resets,
+            setting: format!(
+                "[limits.groups.{group}] gpu_hours_per_group = {}",
+                gpu_hours(budget_ms)
+            ),
+        })
+    }
+
+    /// The pooled budgets of user `uid`'s groups, this period.
+    pub(crate) fn group_budgets_of(&self, inner: &Inner, uid: u32, now: Millis) -> Vec<BudgetUse> {
+        self.user_caps(uid)
+            .group_budgets
+            .iter()
+            .filter_map(|(group, _)| self.group_budget_use(inner, group, now))
+            .collect()
     }
 
     /// What user `uid` has used of its GPU-hour budget this period, if it has one: its ended
@@ -178,11 +253,15 @@ impl Daemon {
         uid: u32,
         asks_gpus: bool,
     ) -> Result<(), ApiError> {
+        let now = crate::clock::now_ms();
         if asks_gpus
             && self.config.limits.caps_anything()
             && self.config.limits.budget_mode == BudgetMode::Refuse
-            && let Some(budget) = self.budget_use(inner, uid, crate::clock::now_ms())
-            && budget.spent()
+            && let Some(budget) = self
+                .budget_use(inner, uid, now)
+                .into_iter()
+                .chain(self.group_budgets_of(inner, uid, now))
+                .find(BudgetUse::spent)
         {
             return Err(ApiError::BadRequest(format!(
                 "GPU-hour budget used up: {budget}; GPU jobs are refused until then \

@@ -861,6 +861,16 @@ impl Store {
             .query_row(params![uid, since], |r| r.get(0))?)
     }
 
+    /// The GPU-milliseconds each owner's ended attempts held since `since`.
+    pub fn gpu_ms_held_since_by_owner(&self, since: Millis) -> Result<Vec<(u32, i64)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT owner_uid, sum(gpus * (ended_at - max(started_at, ?1))) \
+             FROM gpu_holds WHERE ended_at > ?1 GROUP BY owner_uid",
+        )?;
+        let rows = stmt.query_map(params![since], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Sets where a job's report goes (the Claude Code hook claimed its wake-up).
     pub fn set_notify(
         &mut self,

@@ -32,6 +32,7 @@ pub async fn handle(
         max_queued: None,
         max_gpus_per_job: None,
         budget: None,
+        group_budgets: Vec::new(),
     };
     {
         let inner = daemon.lock();
@@ -64,6 +65,7 @@ pub async fn handle(
         let inner = daemon.lock();
         for row in &mut out {
             row.budget = daemon.budget_use(&inner, row.uid, now);
+            row.group_budgets = daemon.group_budgets_of(&inner, row.uid, now);
         }
     }
     for row in &mut out {
