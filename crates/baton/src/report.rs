@@ -136,6 +136,15 @@ pub fn build(
         ended_at: job.ended_at().unwrap_or(job.submitted_at),
         time_limit: job.attempt_time_limit(),
         oom_killed: attempt > 0 && record.oom_killed(attempt),
+        checkpoint_signalled: job
+            .signal
+            .filter(|_| {
+                attempt > 0
+                    && record
+                        .exit_of(attempt)
+                        .is_some_and(|e| e.checkpoint_signalled)
+            })
+            .map(|s| s.to_string()),
         memory_exceeded: attempt > 0
             && record
                 .exit_of(attempt)

@@ -27,6 +27,12 @@ fn a_job_gets_its_checkpoint_signal_before_its_time_limit() {
     assert!((1_500..15_000).contains(&ran), "ran {ran} ms: {job}");
     let out = b.run(&["logs", &saver.to_string()]).expect(0).stdout;
     assert!(out.contains("checkpointed"), "{out}");
+    // Its report says the signal came, and when.
+    let report = b.run(&["report", &saver.to_string()]).expect(0).stdout;
+    assert!(
+        report.contains("its checkpoint signal SIGUSR1 came 18 s before its time limit"),
+        "{report}"
+    );
 
     // One that ignores it runs on to its limit, and is stopped there.
     let stubborn = b.submit_sh(

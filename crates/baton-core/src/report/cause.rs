@@ -98,6 +98,7 @@ pub fn build(
         metrics: output.metrics,
         non_finite_loss: output.non_finite_loss,
         oom_killed: facts.oom_killed,
+        checkpoint_signalled: facts.checkpoint_signalled.clone(),
         exception: output.exception,
         files: files_kept,
         files_total: files.len(),

@@ -145,6 +145,13 @@ fn render(r: &Report, b: &Budget) -> String {
             inline_code(&clip(&alert.evidence, b.quote_chars))
         );
     }
+    if let Some(signal) = &r.checkpoint_signalled {
+        let (name, secs) = signal.split_once('@').unwrap_or((signal, "?"));
+        let _ = writeln!(
+            md,
+            "- its checkpoint signal {name} came {secs} s before its time limit (--signal)"
+        );
+    }
     if r.oom_killed && r.cause != Some(Cause::KernelOom) {
         md.push_str("- the kernel OOM killer acted during the run (host memory ran out)\n");
     }

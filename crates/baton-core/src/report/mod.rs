@@ -178,6 +178,9 @@ pub struct JobFacts {
     pub time_limit: Option<Millis>,
     /// The daemon saw the kernel OOM killer act during the run.
     pub oom_killed: bool,
+    /// Its checkpoint signal (`--signal`, as `SIGUSR1@60`) was sent in its last attempt.
+    #[serde(default)]
+    pub checkpoint_signalled: Option<String>,
     /// It was killed for using more of the machine's memory than it reserved (`--mem`, which
     /// is `request.mem`).
     #[serde(default)]
@@ -319,6 +322,9 @@ pub struct Report {
     /// The kernel OOM killer acted during the run (also when it is not the cause).
     #[serde(default)]
     pub oom_killed: bool,
+    /// Its checkpoint signal came before its time limit (`SIGUSR1@60`: so many seconds before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_signalled: Option<String>,
     /// The last Python exception in the output, also when another cause wins (a CUDA OOM is
     /// usually raised as `torch.OutOfMemoryError`; its frame says where).
     #[serde(default)]

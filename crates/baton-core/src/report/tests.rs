@@ -38,6 +38,7 @@ fn facts(state: JobState) -> JobFacts {
         ended_at: STARTED + TWO_H_13_M,
         time_limit: None,
         oom_killed: false,
+        checkpoint_signalled: None,
         memory_exceeded: false,
         gpu_sample_interval_ms: Some(5_000),
         stdout_path: "/home/alice/.local/share/baton/jobs/42/stdout".into(),

@@ -1970,6 +1970,7 @@ mod tests {
             ended_at: T0 + HOUR,
             time_limit: None,
             oom_killed: false,
+            checkpoint_signalled: None,
             memory_exceeded: false,
             gpu_sample_interval_ms: None,
             stdout_path: "o".into(),
