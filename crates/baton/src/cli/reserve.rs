@@ -33,8 +33,8 @@ pub struct Args {
     /// Its name, for `submit --reservation NAME` (default: resv-ID).
     #[arg(long)]
     name: Option<String>,
-    /// Cancel reservation NAME instead: its GPUs are free again, and its queued jobs end as
-    /// failed (its running ones run on until its window's end).
+    /// Cancel reservation NAME instead: its GPUs are no longer kept, its queued jobs end as
+    /// failed, and its running ones run on until its window's end.
     #[arg(long, value_name = "NAME", conflicts_with_all = ["gpus", "duration", "users", "name"])]
     cancel: Option<String>,
 }

@@ -59,9 +59,9 @@ pub struct Args {
     /// runs on the reservation's GPUs and is stopped at the window's end, as by a time limit.
     #[arg(long, value_name = "NAME")]
     reservation: Option<String>,
-    /// Send SIG (default USR1) SECS seconds (default 60) before the time limit, so that the job
-    /// can save a checkpoint and exit, as Slurm's --signal: USR1, USR2@120, 10@30. Needs
-    /// --time-limit (or a reservation, whose end is then the limit).
+    /// Send signal SIG to every process of the job SECS seconds (default 60) before its time
+    /// limit, so that it can save a checkpoint and exit, as Slurm's --signal: USR1, USR2@120,
+    /// 10@30. Needs --time-limit (or a reservation, whose end is then the limit).
     #[arg(long, value_name = "SIG[@SECS]")]
     signal: Option<String>,
     /// A variable for the job, on top of this shell's environment (repeatable).
