@@ -109,39 +109,60 @@ impl Daemon {
                 .iter()
                 .any(|(g, _)| g == group)
         };
+        let ended = |since| {
+            inner
+                .jobs
+                .store()
+                .gpu_ms_held_since_by_owner(since)
+                .unwrap_or_else(|e| {
+                    tracing::warn!(group, "cannot read GPU-hours held: {e}");
+                    Vec::new()
+                })
+                .into_iter()
+                .filter(|(uid, _)| member(*uid))
+                .map(|(_, ms)| ms)
+                .sum()
+        };
+        Some(self.period_use(
+            inner,
+            now,
+            (format!("group {group}"), budget_ms),
+            format!(
+                "[limits.groups.{group}] gpu_hours_per_group = {}",
+                gpu_hours(budget_ms)
+            ),
+            (ended, &member),
+        ))
+    }
+
+    /// What the owners `whose` picks used this period of a budget of `budget_ms` that `who`
+    /// has: `ended(since)` GPU-ms from the store, and their running jobs' until `now`.
+    fn period_use(
+        &self,
+        inner: &Inner,
+        now: Millis,
+        (who, budget_ms): (String, i64),
+        setting: String,
+        (ended, whose): (impl FnOnce(Millis) -> i64, &dyn Fn(u32) -> bool),
+    ) -> BudgetUse {
         let period = self.config.limits.budget_period;
         let (since, resets_at, resets) = crate::clock::period_bounds(now, period);
-        let ended: i64 = inner
-            .jobs
-            .store()
-            .gpu_ms_held_since_by_owner(since)
-            .unwrap_or_else(|e| {
-                tracing::warn!(group, "cannot read GPU-hours held: {e}");
-                Vec::new()
-            })
-            .into_iter()
-            .filter(|(uid, _)| member(*uid))
-            .map(|(_, ms)| ms)
-            .sum();
         let running: i64 = inner
             .jobs
             .active()
-            .filter(|j| j.state() == JobState::Running && member(j.owner_uid))
+            .filter(|j| j.state() == JobState::Running && whose(j.owner_uid))
             .filter_map(|j| Some(j.gpus_held() * (now - j.started_at()?.max(since)).max(0)))
             .sum();
-        Some(BudgetUse {
-            who: format!("group {group}"),
-            used_ms: ended + running,
+        BudgetUse {
+            who,
+            used_ms: ended(since) + running,
             budget_ms,
             period,
             since,
             resets_at,
             resets,
-            setting: format!(
-                "[limits.groups.{group}] gpu_hours_per_group = {}",
-                gpu_hours(budget_ms)
-            ),
-        })
+            setting,
+        }
     }
 
     /// The pooled budgets of user `uid`'s groups, this period.
@@ -157,32 +178,23 @@ impl Daemon {
     /// attempts' holds from the store, and its running jobs' until `now`.
     pub(crate) fn budget_use(&self, inner: &Inner, uid: u32, now: Millis) -> Option<BudgetUse> {
         let (GpuHours(budget_ms), source) = self.user_caps(uid).budget.clone()?;
-        let period = self.config.limits.budget_period;
-        let (since, resets_at, resets) = crate::clock::period_bounds(now, period);
-        let ended = inner
-            .jobs
-            .store()
-            .gpu_ms_held_since(uid, since)
-            .unwrap_or_else(|e| {
-                tracing::warn!(uid, "cannot read GPU-hours held: {e}");
-                0
-            });
-        let running: i64 = inner
-            .jobs
-            .active()
-            .filter(|j| j.owner_uid == uid && j.state() == JobState::Running)
-            .filter_map(|j| Some(j.gpus_held() * (now - j.started_at()?.max(since)).max(0)))
-            .sum();
-        Some(BudgetUse {
-            who: users::name_of(uid),
-            used_ms: ended + running,
-            budget_ms,
-            period,
-            since,
-            resets_at,
-            resets,
-            setting: format!("{source} gpu_hours_per_user = {}", gpu_hours(budget_ms)),
-        })
+        let ended = |since| {
+            inner
+                .jobs
+                .store()
+                .gpu_ms_held_since(uid, since)
+                .unwrap_or_else(|e| {
+                    tracing::warn!(uid, "cannot read GPU-hours held: {e}");
+                    0
+                })
+        };
+        Some(self.period_use(
+            inner,
+            now,
+            (users::name_of(uid), budget_ms),
+            format!("{source} gpu_hours_per_user = {}", gpu_hours(budget_ms)),
+            (ended, &|owner| owner == uid),
+        ))
     }
 
     /// Refuses a request that user `uid` (or its agent `session`) could never run under its
