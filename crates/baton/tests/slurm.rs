@@ -170,6 +170,25 @@ fn a_time_limit_ends_the_job_as_timeout() {
     assert!(report.contains("time limit"), "{report}");
 }
 
+/// Issue 19: `--signal` goes to Slurm as sbatch's (`B:`, to the job's command): the job gets
+/// its checkpoint signal before its limit, saves, and ends well.
+#[test]
+fn a_checkpoint_signal_reaches_the_job_before_its_slurm_time_limit() {
+    if !slurm_up() {
+        return;
+    }
+    let b = start();
+    // Slurm's limit is a whole minute, and its signal may come up to a minute early.
+    let id = b.submit_sh(
+        &["--time-limit", "1m", "--signal", "USR1@30"],
+        "trap 'echo checkpointed; exit 0' USR1; while :; do sleep 1; done",
+    );
+    let job = poll(&b, id, 180, "ended", ended);
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let out = b.run(&["logs", &id.to_string()]).expect(0).stdout;
+    assert!(out.contains("checkpointed"), "{out}");
+}
+
 #[test]
 fn slurms_refusal_is_passed_on() {
     if !slurm_up() {

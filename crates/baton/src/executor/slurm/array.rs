@@ -46,6 +46,8 @@ pub struct ArraySubmission<'a> {
     pub cpus: u32,
     pub mem: u64,
     pub time_limit_ms: Option<i64>,
+    /// The runs' checkpoint signal (`--signal`), passed on as sbatch's.
+    pub signal: Option<baton_core::signal::CheckpointSignal>,
     pub dependencies: Vec<String>,
     pub umask: Option<u32>,
     /// The environment `sbatch` runs in (exported to every element with `--export=ALL`).
@@ -109,6 +111,7 @@ impl Slurm {
             "--kill-on-invalid-dep=yes".to_string(),
         ];
         args.extend(resource_args(s.gpus, s.cpus, s.mem, s.time_limit_ms));
+        args.extend(s.signal.map(super::signal_arg));
         // The mail comes once, when the whole array has ended and the sweep's one report is
         // due. Not once per element (`ARRAY_TASKS`): slurmctld would start the mail program
         // once per run (300 processes for 300 runs); the runs' own ends are seen by polling.
@@ -260,6 +263,7 @@ mod tests {
             cpus: 2,
             mem: 0,
             time_limit_ms: Some(60_000),
+            signal: None,
             dependencies: vec!["afterok:9".into()],
             umask: Some(0o027),
             env: BTreeMap::new(),

@@ -80,6 +80,8 @@ pub struct Submission<'a> {
     pub cpus: u32,
     pub mem: u64,
     pub time_limit_ms: Option<i64>,
+    /// Its checkpoint signal (`--signal`), passed on as sbatch's.
+    pub signal: Option<baton_core::signal::CheckpointSignal>,
     /// `afterok:12`, `afterany:13`.
     pub dependencies: Vec<String>,
     /// The job's directory (`jobs/<id>/`): output, error and the batch script go there.
@@ -202,6 +204,7 @@ impl Slurm {
             "--kill-on-invalid-dep=yes".to_string(),
         ];
         args.extend(resource_args(s.gpus, s.cpus, s.mem, s.time_limit_ms));
+        args.extend(s.signal.map(signal_arg));
         args.extend(self.dependency_site_and_mail_args(&s.dependencies, s.mail_to.as_deref()));
         args
     }
@@ -381,6 +384,16 @@ pub fn batch_script(s: &Submission<'_>) -> String {
 /// `--time`: Slurm counts whole minutes; rounded up so a job never gets less than it asked.
 fn time_arg(ms: i64) -> String {
     format!("--time={}", ms.max(1).saturating_add(59_999) / 60_000)
+}
+
+/// A checkpoint signal as sbatch takes it: `B:` for the batch shell, which is the job's command
+/// (the script execs it), since Slurm's default signals only job steps and a baton job has none.
+pub(super) fn signal_arg(c: baton_core::signal::CheckpointSignal) -> String {
+    format!(
+        "--signal=B:{}@{}",
+        c.signal,
+        (c.lead_ms / 1000).clamp(1, 65_535)
+    )
 }
 
 /// What one job, array element or heterogeneous component asks Slurm for: `--gres` for its
@@ -628,6 +641,10 @@ mod tests {
             cpus: 4,
             mem: (8 << 30) + 1,
             time_limit_ms: Some(90_500),
+            signal: Some(baton_core::signal::CheckpointSignal {
+                signal: 10,
+                lead_ms: 30_000,
+            }),
             dependencies: vec!["afterok:12".into(), "afterany:13".into()],
             dir,
             env: BTreeMap::new(),
@@ -661,6 +678,7 @@ mod tests {
             "--cpus-per-task=4",
             "--mem=8193M",
             "--time=2",
+            "--signal=B:10@30",
             "--dependency=afterok:12,afterany:13",
             "--partition=gpu",
             "--constraint=a100",
