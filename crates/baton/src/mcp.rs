@@ -201,7 +201,8 @@ struct SubmitJobArgs {
     #[serde(default)]
     tags: BTreeMap<String, String>,
     /// Where the report goes when the job ends (default ["auto"]: this session, and the inbox
-    /// file). Also: "tmux:PANE", "webhook:URL", "cmd:COMMAND", "file:PATH".
+    /// file). Also: "tmux:PANE", "webhook:URL", "slack:URL",
+    /// "telegram:URL?chat_id=ID", "cmd:COMMAND", "file:PATH".
     #[serde(default)]
     notify: Vec<String>,
     /// Working directory (default: the project directory this server runs in).

@@ -315,6 +315,71 @@ fn webhook_posts_the_report_json_and_retries_a_failure() {
     );
 }
 
+/// Issue 19's contacts: `slack:URL` posts `{"text": ...}` (escaped, so that no output pings a
+/// channel) and `telegram:URL?chat_id=ID` posts `{"chat_id", "text"}` to the URL without its
+/// query; neither shows its secret path.
+#[test]
+fn slack_and_telegram_webhooks_get_the_reports_text_their_way() {
+    let b = Baton::start(1);
+    let (slack, slack_got) = http_server(vec![]);
+    let (telegram, telegram_got) = http_server(vec![]);
+    let telegram = telegram.replace("/hooks/secret-path", "/botSECRET/sendMessage?chat_id=-42");
+    let id = b.submit(&[
+        "--notify",
+        &format!("slack:{slack}"),
+        "--notify",
+        &format!("telegram:{telegram}"),
+        "--",
+        "sh",
+        "-c",
+        "echo '<!channel> loss=0.3'",
+    ]);
+    b.wait_ok(&[id]);
+    let (line, body) = slack_got.recv_timeout(DEADLINE).expect("slack POST");
+    assert!(line.starts_with("POST /hooks/secret-path"), "{line}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    let text = body["text"].as_str().unwrap();
+    assert!(text.contains(&format!("job {id}")), "{text}");
+    assert!(
+        text.contains("&lt;!channel&gt;") && !text.contains("<!channel>"),
+        "{text}"
+    );
+    let (line, body) = telegram_got.recv_timeout(DEADLINE).expect("telegram POST");
+    assert!(
+        line.starts_with("POST /botSECRET/sendMessage HTTP"),
+        "{line}"
+    );
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["chat_id"], "-42");
+    assert!(
+        body["text"].as_str().unwrap().contains("loss=0.3"),
+        "{body}"
+    );
+    let shown = b.job(id)["notify"].to_string();
+    assert!(
+        shown.contains("slack:http://127.0.0.1")
+            && shown.contains("telegram:http://127.0.0.1")
+            && !shown.contains("secret-path")
+            && !shown.contains("SECRET"),
+        "{shown}"
+    );
+    let deliveries = settled_deliveries(&b, id);
+    assert!(
+        deliveries.iter().all(|d| d["state"] == "delivered"),
+        "{deliveries:#?}"
+    );
+    // A telegram: URL without its chat is refused at submission.
+    let out = b.run(&[
+        "submit",
+        "--notify",
+        "telegram:https://api.telegram.org/botX/sendMessage",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("?chat_id=ID"), "{out:?}");
+}
+
 /// A peer that speaks Claude Code's inbox protocol: checks the token on the first line, then
 /// passes on the message of the second.
 fn claude_inbox(path: &Path, token: &str) -> mpsc::Receiver<Result<String, String>> {

@@ -115,7 +115,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
     /// Where to deliver the report when the job ends (repeatable): auto (default), claude,
-    /// codex[:THREAD], tmux[:PANE], webhook:URL, cmd:COMMAND, file:PATH.
+    /// codex[:THREAD], tmux[:PANE], webhook:URL, slack:URL, telegram:URL?chat_id=ID,
+    /// cmd:COMMAND, file:PATH.
     #[arg(long, value_name = "SPEC")]
     notify: Vec<String>,
     /// Run the command once per index, as one sweep: Slurm's `--array` syntax (0-99, 1-9:2, a

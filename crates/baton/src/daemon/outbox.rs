@@ -406,9 +406,15 @@ impl Daemon {
                 let path = report::markdown_file(&self.files(id), &built)
                     .display()
                     .to_string();
-                let for_webhook = deliveries
-                    .iter()
-                    .any(|d| matches!(d.channel, Channel::Webhook { .. }));
+                let for_webhook = deliveries.iter().any(|d| {
+                    matches!(
+                        d.channel,
+                        Channel::Webhook {
+                            format: crate::notify::WebhookFormat::Json,
+                            ..
+                        }
+                    )
+                });
                 let msg = Message::new(
                     &built.report,
                     built.markdown(),

@@ -22,7 +22,7 @@ use baton_core::report::sanitize_line;
 use serde::{Deserialize, Serialize};
 
 pub use claude::inbound_of;
-pub use spec::{Channel, Inbound, resolve};
+pub use spec::{Channel, Inbound, WebhookFormat, resolve};
 
 /// Everything a channel needs to deliver one job's report.
 #[derive(Clone, Serialize, Deserialize)]
@@ -371,7 +371,7 @@ pub async fn deliver(channel: &Channel, msg: &Message) -> Outcome {
     match channel {
         Channel::File { path } => file::deliver(path, msg),
         Channel::Cmd { command } => cmd::deliver(command, msg).await,
-        Channel::Webhook { url } => webhook::deliver(url, msg).await,
+        Channel::Webhook { url, format } => webhook::deliver(url, *format, msg).await,
         Channel::Claude {
             socket,
             token,

@@ -43,12 +43,52 @@ pub enum Channel {
         pane: String,
         server: Option<String>,
     },
-    /// HTTP POST of the report JSON.
-    Webhook { url: String },
+    /// HTTP POST of the report: its JSON, or its text as Slack's or Telegram's webhooks take
+    /// it (`slack:URL`, `telegram:URL?chat_id=ID`).
+    Webhook {
+        url: String,
+        #[serde(default, skip_serializing_if = "WebhookFormat::is_json")]
+        format: WebhookFormat,
+    },
     /// A command run with the report on stdin.
     Cmd { command: String },
     /// Appended to a file.
     File { path: String },
+}
+
+/// What a webhook is sent: the report JSON (`webhook:`), or the report's text the way Slack's
+/// incoming webhooks (`slack:`) or Telegram's `sendMessage` (`telegram:`) take it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    #[default]
+    Json,
+    Slack,
+    Telegram,
+}
+
+impl WebhookFormat {
+    fn is_json(&self) -> bool {
+        *self == WebhookFormat::Json
+    }
+
+    /// The spec's prefix: `webhook`, `slack`, `telegram`.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            WebhookFormat::Json => "webhook",
+            WebhookFormat::Slack => "slack",
+            WebhookFormat::Telegram => "telegram",
+        }
+    }
+}
+
+/// The chat a `telegram:` URL posts to (its `chat_id` parameter), if it names one.
+pub fn telegram_chat(url: &str) -> Option<&str> {
+    let (_, query) = url.split_once('?')?;
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("chat_id="))
+        .filter(|id| !id.is_empty())
 }
 
 impl Channel {
@@ -72,12 +112,12 @@ impl Channel {
             Channel::ClaudeHook { session, .. } => format!("claude-hook:{session}"),
             Channel::Codex { thread } => format!("codex:{thread}"),
             Channel::Tmux { pane, .. } => format!("tmux:{pane}"),
-            Channel::Webhook { url } => {
+            Channel::Webhook { url, format } => {
                 let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
                 let host = rest.split(['/', '?', '#']).next().unwrap_or("");
                 // Credentials in the authority (user:pass@host) are secrets too.
                 let host = host.rsplit('@').next().unwrap_or(host);
-                format!("webhook:{scheme}://{host}/…")
+                format!("{}:{scheme}://{host}/…", format.prefix())
             }
             Channel::Cmd { command } => format!("cmd:{command}"),
             Channel::File { path } => format!("file:{path}"),
@@ -91,7 +131,7 @@ impl Channel {
             Channel::ClaudeHook { .. } => "claude-hook",
             Channel::Codex { .. } => "codex",
             Channel::Tmux { .. } => "tmux",
-            Channel::Webhook { .. } => "webhook",
+            Channel::Webhook { format, .. } => format.prefix(),
             Channel::Cmd { .. } => "cmd",
             Channel::File { .. } => "file",
         }
@@ -176,8 +216,8 @@ pub struct SpecError {
     pub problem: String,
 }
 
-const KINDS: &str =
-    "auto, claude, codex[:THREAD], tmux[:PANE], webhook:URL, cmd:COMMAND, file:PATH";
+const KINDS: &str = "auto, claude, codex[:THREAD], tmux[:PANE], webhook:URL, slack:URL, telegram:URL?chat_id=ID, \
+     cmd:COMMAND, file:PATH";
 
 /// Resolves `specs` (empty means `auto`) into channels, best first, without duplicates.
 /// `inbox` is the default `file` target of `auto`; relative `file:` paths are taken from `cwd`.
@@ -270,15 +310,26 @@ pub fn resolve(
                     server: tmux_server(ctx),
                 })
             }
-            ("webhook", Some(url)) => {
+            (kind @ ("webhook" | "slack" | "telegram"), Some(url)) => {
                 let valid = (url.starts_with("http://") || url.starts_with("https://"))
                     && url.split("://").nth(1).is_some_and(|r| !r.is_empty())
                     && !url.chars().any(|c| c.is_whitespace() || c.is_control());
                 if !valid {
                     return Err(err("expected an http:// or https:// URL".into()));
                 }
+                let format = match kind {
+                    "slack" => WebhookFormat::Slack,
+                    "telegram" => WebhookFormat::Telegram,
+                    _ => WebhookFormat::Json,
+                };
+                if format == WebhookFormat::Telegram && telegram_chat(url).is_none() {
+                    return Err(err("expected the bot's sendMessage URL with the chat: \
+                         https://api.telegram.org/botTOKEN/sendMessage?chat_id=ID"
+                        .into()));
+                }
                 push(Channel::Webhook {
                     url: url.to_string(),
+                    format,
                 })
             }
             ("cmd", Some(command)) => {

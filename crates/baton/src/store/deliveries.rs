@@ -556,6 +556,7 @@ mod tests {
         let mut store = Store::open(&dir.path().join("baton.db")).unwrap();
         let webhook = Channel::Webhook {
             url: "http://127.0.0.1:9/hook".into(),
+            format: Default::default(),
         };
         let file = Channel::File {
             path: "/tmp/inbox.md".into(),
