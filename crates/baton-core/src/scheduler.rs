@@ -29,7 +29,7 @@ use crate::limits::{Account, BudgetUse, Held, LimitHit, Limits};
 use crate::model::{Gpu, JobId, JobState, Millis, PendingJob, ResourceRequest, RunningJob};
 use crate::placement::{Free, Occupancy};
 use crate::units::format_duration;
-use crate::windows::Window;
+use crate::windows::{Window, kept_from};
 
 /// A decision to start a job on these GPUs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -760,14 +760,7 @@ impl<'w> Views<'w> {
 
     /// Every window's GPUs: what a job without a known end may not take.
     fn kept_from_all(&self) -> Vec<u32> {
-        let mut gpus: Vec<u32> = self
-            .windows
-            .iter()
-            .flat_map(|w| w.gpus.iter().copied())
-            .collect();
-        gpus.sort_unstable();
-        gpus.dedup();
-        gpus
+        kept_from(self.windows.iter().copied(), self.now, None)
     }
 
     /// Window `id`, with its place among the windows.
@@ -796,13 +789,7 @@ impl<'w> Views<'w> {
         let w = self.windows[at];
         self.inside.entry(at).or_insert_with(|| {
             let mut view = occupancy.clone();
-            let others: Vec<u32> = occupancy
-                .gpus()
-                .iter()
-                .map(|g| g.index)
-                .filter(|g| !w.gpus.contains(g))
-                .collect();
-            view.withhold(&others);
+            view.withhold(&w.gpus_outside(occupancy));
             view
         })
     }
@@ -1111,20 +1098,10 @@ pub fn predicted_starts(
                         holders.iter().filter(|h| outlasts(h.ends_by, Some(at))),
                     );
                     match until {
-                        Some(w) => {
-                            let outside: Vec<u32> = cluster
-                                .gpus()
-                                .iter()
-                                .map(|g| g.index)
-                                .filter(|g| !w.gpus.contains(g))
-                                .collect();
-                            held.withhold(&outside);
-                        }
+                        Some(w) => held.withhold(&w.gpus_outside(cluster)),
                         None if job.request.count > 0 => {
                             let ends_by = job.time_limit.map(|l| at.saturating_add(l));
-                            for w in standing.iter().filter(|w| w.is_in_the_way(at, ends_by)) {
-                                held.withhold(&w.gpus);
-                            }
+                            held.withhold(&kept_from(standing.iter().copied(), at, ends_by));
                         }
                         None => {}
                     }
@@ -1175,9 +1152,7 @@ fn reserve(
             holders.iter().filter(|h| outlasts(h.ends_by, Some(at))),
         );
         let until = limit.map(|l| at.saturating_add(l));
-        for w in windows.iter().filter(|w| w.is_in_the_way(at, until)) {
-            held.withhold(&w.gpus);
-        }
+        held.withhold(&kept_from(windows.iter().copied(), at, until));
         if held.choose_all(requests).is_some() {
             return Reservation {
                 job,

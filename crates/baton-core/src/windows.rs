@@ -46,6 +46,16 @@ impl Window {
         !self.is_over(now) && ends_by.is_none_or(|end| end > self.start)
     }
 
+    /// The GPUs of `cluster` that are not its own: what a job in it may not take.
+    pub fn gpus_outside(&self, cluster: &Occupancy) -> Vec<u32> {
+        cluster
+            .gpus()
+            .iter()
+            .map(|g| g.index)
+            .filter(|g| !self.gpus.contains(g))
+            .collect()
+    }
+
     /// Whether it shares any of the time from `start` to `end`.
     pub fn overlaps(&self, start: Millis, end: Millis) -> bool {
         self.start < end && start < self.end
@@ -54,9 +64,13 @@ impl Window {
 
 /// The GPUs a job outside every reservation may not take, if it would hold them until
 /// `ends_by`.
-pub fn kept_from(windows: &[Window], now: Millis, ends_by: Option<Millis>) -> Vec<u32> {
+pub fn kept_from<'a>(
+    windows: impl IntoIterator<Item = &'a Window>,
+    now: Millis,
+    ends_by: Option<Millis>,
+) -> Vec<u32> {
     let mut out: Vec<u32> = windows
-        .iter()
+        .into_iter()
         .filter(|w| w.is_in_the_way(now, ends_by))
         .flat_map(|w| w.gpus.iter().copied())
         .collect();
