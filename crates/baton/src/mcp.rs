@@ -997,7 +997,10 @@ impl BatonTools {
                     ));
                 }
                 if rows.is_empty() {
-                    text.push_str("no reservations: every GPU is open to every job\n");
+                    text.push_str(
+                        "no baton reservations: baton keeps no GPU for anyone (on a Slurm \
+                         backend, Slurm's own reservations apply and are not listed here)\n",
+                    );
                 }
                 done(text, json!({ "reservations": rows }))
             }
